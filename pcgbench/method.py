@@ -1,0 +1,110 @@
+"""The Method interface: ``fit`` on a task's train split, ``sample`` physical fields.
+
+A method is a class with a frozen ``Config`` dataclass (``Config.for_preset`` gives the
+defaults of a preset) registered in ``pcgbench.registry.METHODS``.  Every learned
+network must be wrapped with ``self.counted(net)`` so that NFE is counted by the
+harness.  See ``docs/adding-a-method.md`` for a complete minimal example.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from pcgbench.network import CountedNetwork, NFECounter
+from pcgbench.task import FieldData, Task
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method config.  Override ``for_preset`` to scale budgets."""
+
+    @classmethod
+    def for_preset(cls, preset: str) -> MethodConfig:
+        return cls()
+
+    def replace(self, **changes: Any) -> MethodConfig:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class FitStats:
+    """What ``fit`` reports: wall seconds of every optimizer update and the losses."""
+
+    update_seconds: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Method(ABC):
+    """Base class of every method.
+
+    Subclasses declare ``Config`` and optionally ``requires`` (capabilities a task must
+    offer, checked by ``supports``), build their networks in ``__init__`` and wrap each
+    learned network with ``self.counted``.
+    """
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type[MethodConfig]] = MethodConfig
+    description: ClassVar[str] = ""
+    #: capabilities needed from the task: "chart", "constraints", "linear_constraints"
+    requires: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, task: Task, config: MethodConfig, device: torch.device | str = "cpu"):
+        self.task = task
+        self.config = config
+        self.device = torch.device(device)
+        self.nfe = NFECounter()
+        #: seconds per named phase of the last ``sample`` call (network, precondition, decode)
+        self.sample_breakdown: dict[str, float] = {}
+
+    # -- capability check -------------------------------------------------------------
+    @classmethod
+    def unsupported_reason(cls, task: Task) -> str | None:
+        """None when the method can run on ``task``, else a one-line reason."""
+        if "chart" in cls.requires and not task.charts():
+            return f"method {cls.name!r} needs a chart, and task {task.name!r} declares none"
+        if "constraints" in cls.requires and not task.constraints():
+            return (
+                f"method {cls.name!r} needs hard constraints, and task {task.name!r} "
+                "declares none"
+            )
+        return None
+
+    # -- to implement ---------------------------------------------------------------------
+    @abstractmethod
+    def fit(self, train: FieldData, progress: bool = True) -> FitStats:
+        """Train on the task's train split (physical units; normalize inside)."""
+
+    @abstractmethod
+    def sample(
+        self, cond: torch.Tensor | None, n: int, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Draw n samples [n, C, *spatial] in physical units.  ``cond`` is [n, d] or None."""
+
+    def modules(self) -> Iterable[nn.Module]:
+        """The learned modules (for parameter counts and checkpoints)."""
+        return [m for m in vars(self).values() if isinstance(m, nn.Module)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            k: v.state_dict() for k, v in vars(self).items() if isinstance(v, nn.Module)
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            getattr(self, k).load_state_dict(v)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def counted(self, net: nn.Module) -> CountedNetwork:
+        """Wrap a learned network so that each call counts as one NFE."""
+        return CountedNetwork(net, self.nfe)
+
+
+MethodFactory = Callable[[Task, MethodConfig, torch.device], Method]

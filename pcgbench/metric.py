@@ -1,0 +1,35 @@
+"""The Metric interface: a small class per metric with ``higher_is_better`` declared.
+
+A metric compares generated samples with reference samples, both in physical units
+[N, C, *spatial], with a ``MetricContext`` giving the task and the conditions.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from pcgbench.task import Task
+
+
+@dataclass(frozen=True)
+class MetricContext:
+    """Everything a metric may need besides the two sample sets."""
+
+    task: Task
+    cond: torch.Tensor | None = None  # conditions of the generated samples
+    reference_cond: torch.Tensor | None = None
+
+
+class Metric(ABC):
+    name: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool] = False
+    description: ClassVar[str] = ""
+
+    @abstractmethod
+    def __call__(
+        self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext
+    ) -> float: ...

@@ -1,0 +1,40 @@
+"""The one wrapper through which every learned-network call passes, so NFE is counted.
+
+NFE is the number of forward calls of a learned network per sampled batch: the runner
+resets the counter, samples one batch and reads it.  It is never computed by formula.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class NFECounter:
+    """A mutable count shared by all wrapped networks of one method."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def reset(self) -> None:
+        self.count = 0
+
+
+class CountedNetwork(nn.Module):
+    """Wraps a network; each forward call adds one to ``counter.count``."""
+
+    def __init__(self, net: nn.Module, counter: NFECounter):
+        super().__init__()
+        self.net = net
+        # not a submodule/buffer: the counter is bookkeeping, never saved
+        object.__setattr__(self, "counter", counter)
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.counter.count += 1
+        return self.net(*args, **kwargs)
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

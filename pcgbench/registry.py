@@ -1,0 +1,124 @@
+"""One generic typed registry for tasks, methods and metrics.
+
+Entries are registered by decorator (``@METHODS.register("fm_ot")``), lazily as a
+``"module:attr"`` string (imported on first use), or discovered from the entry-point
+groups ``pcgbench.tasks`` / ``pcgbench.methods`` / ``pcgbench.metrics`` of installed
+third-party packages. Unknown names get a one-line error with the closest matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from typing import Generic, TypeVar
+
+from pcgbench.errors import PcgError, UnknownNameError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> object mapping with lazy entries and did-you-mean errors."""
+
+    def __init__(self, kind: str, entry_point_group: str, builtin_modules: tuple[str, ...] = ()):
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._builtin_modules = builtin_modules
+        self._objects: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}
+        self._discovered = False
+
+    # -- registration -------------------------------------------------------------
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: ``@REG.register("name")`` registers the decorated object."""
+
+        def deco(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return deco
+
+    def add(self, name: str, obj: T) -> None:
+        if name in self._objects and self._objects[name] is not obj:
+            raise PcgError(f"duplicate {self.kind} name {name!r}: already registered")
+        if name in self._lazy:
+            raise PcgError(f"duplicate {self.kind} name {name!r}: already registered lazily")
+        self._objects[name] = obj
+        if hasattr(obj, "name") and isinstance(obj, type):
+            obj.name = name  # type: ignore[attr-defined]
+
+    def add_lazy(self, name: str, target: str) -> None:
+        """Register ``"package.module:Attr"``; the module is imported on first ``get``."""
+        if ":" not in target:
+            raise PcgError(f"lazy {self.kind} entry {target!r} must look like 'module:Attr'")
+        if name in self._objects or (name in self._lazy and self._lazy[name] != target):
+            raise PcgError(f"duplicate {self.kind} name {name!r}: already registered")
+        self._lazy[name] = target
+
+    # -- discovery ------------------------------------------------------------------
+    def discover(self) -> None:
+        """Import built-in modules and third-party entry points once."""
+        if self._discovered:
+            return
+        self._discovered = True
+        for mod in self._builtin_modules:
+            importlib.import_module(mod)
+        for ep in entry_points(group=self.entry_point_group):
+            if ep.name not in self._objects and ep.name not in self._lazy:
+                self.add_lazy(ep.name, ep.value)
+
+    # -- lookup -------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        self.discover()
+        return sorted(set(self._objects) | set(self._lazy))
+
+    def get(self, name: str) -> T:
+        self.discover()
+        if name in self._objects:
+            return self._objects[name]
+        if name in self._lazy:
+            module, _, attr = self._lazy[name].partition(":")
+            try:
+                obj = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as exc:
+                raise PcgError(
+                    f"{self.kind} {name!r} points to {self._lazy[name]!r}, which cannot be "
+                    f"loaded: {exc}"
+                ) from exc
+            # importing the module may already have registered it by decorator
+            self._lazy.pop(name, None)
+            if name not in self._objects:
+                self.add(name, obj)
+            return self._objects[name]
+        close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+        raise UnknownNameError(
+            f"unknown {self.kind} {name!r}; {hint}see `pcgbench list {self.kind}s` for all"
+        )
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+
+TASKS: Registry = Registry("task", "pcgbench.tasks", ("pcgbench.tasks",))
+METHODS: Registry = Registry("method", "pcgbench.methods", ("pcgbench.methods",))
+METRICS: Registry = Registry("metric", "pcgbench.metrics", ("pcgbench.metrics",))
+
+
+def load_plugin(module: str) -> None:
+    """Import a user module whose import registers tasks/methods/metrics (``--plugin``)."""
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise PcgError(
+            f"malformed --plugin {module!r}: expected an importable dotted module name "
+            "such as 'my_pkg.my_method'"
+        )
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise PcgError(f"--plugin {module!r} cannot be imported: {exc}") from exc
+STUDIES: Registry = Registry("study", "pcgbench.studies", ("pcgbench.studies",))

@@ -1,0 +1,192 @@
+"""The Task interface: data generator, normalizer, evaluator, constraints and charts.
+
+A task is a frozen parameter dataclass (one per preset) plus a class that knows how to
+generate its data with its own solver, how to evaluate the physics residual in physical
+units, which hard constraints it has and which feasible parameterizations (charts)
+PMosFM may use.  Everything a method sees of a task goes through this interface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from pcgbench.errors import PcgError
+from pcgbench.presets import check_preset
+
+if TYPE_CHECKING:
+    from pcgbench.charts.base import Chart
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class FieldData:
+    """A split of a task: fields ``x`` [N, C, *spatial] in physical units, conditions
+    ``cond`` [N, d] (``None`` for unconditional tasks)."""
+
+    x: torch.Tensor
+    cond: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    def subset(self, idx: torch.Tensor | slice) -> FieldData:
+        return FieldData(self.x[idx], None if self.cond is None else self.cond[idx])
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Shapes and names a method needs to build its networks."""
+
+    name: str
+    field_shape: tuple[int, ...]  # (C, *spatial)
+    channel_names: tuple[str, ...]
+    cond_dim: int = 0  # 0: unconditional
+
+    @property
+    def channels(self) -> int:
+        return self.field_shape[0]
+
+    @property
+    def spatial_shape(self) -> tuple[int, ...]:
+        return self.field_shape[1:]
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.field_shape) - 1
+
+
+class Normalizer:
+    """Per-channel standardization ``z = (x - mean) / std`` fitted on the train split only."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
+        self.mean = mean.detach().clone().float()
+        self.std = std.detach().clone().float()
+
+    @classmethod
+    def fit(cls, x: torch.Tensor, eps: float = 1e-8) -> Normalizer:
+        dims = [0] + list(range(2, x.ndim))
+        return cls(x.mean(dim=dims), x.std(dim=dims).clamp_min(eps))
+
+    def _shape(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return v.to(x.device, x.dtype).view(1, -1, *([1] * (x.ndim - 2)))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self._shape(x, self.mean)) / self._shape(x, self.std)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return z * self._shape(z, self.std) + self._shape(z, self.mean)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"mean": self.mean, "std": self.std}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A named hard constraint ``h(x, cond) = 0`` on physical fields.
+
+    ``fn`` maps x [N, C, *spatial] (and cond) to a residual [N, k]; it must be
+    differentiable in x (projection samplers use its Jacobian).  ``linear`` marks affine
+    constraints (closed-form projections apply)."""
+
+    name: str
+    fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+    linear: bool = False
+
+    def __call__(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
+        return self.fn(x, cond)
+
+
+class Task(ABC):
+    """Base class of every task.  Subclasses set ``Params`` (a frozen dataclass), implement
+    ``params_for``, ``spec``, ``generate`` and ``residual``, and may add constraints and
+    charts.  Instances are cheap; data is generated lazily and cached on disk."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type]
+    metrics: ClassVar[tuple[str, ...]] = ("re", "wd", "js", "mmse", "smse", "energy")
+    description: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        preset: str = "cpu",
+        data_dir: Path | None = None,
+        data_file: Path | None = None,
+        progress: bool = True,
+        params: Any | None = None,
+    ):
+        self.preset = check_preset(preset)
+        self.params = params if params is not None else self.params_for(self.preset)
+        self.data_dir = data_dir
+        self.data_file = data_file
+        self.progress = progress
+        self._splits: dict[str, FieldData] = {}
+
+    # -- to implement ---------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def params_for(cls, preset: str) -> Any:
+        """The frozen parameter dataclass for a preset."""
+
+    @property
+    @abstractmethod
+    def spec(self) -> TaskSpec: ...
+
+    @abstractmethod
+    def generate(self, split: str) -> FieldData:
+        """Run the task's own solver for ``split`` (deterministic from the split's seed)."""
+
+    @abstractmethod
+    def residual(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
+        """Evaluator residual of physical fields x [N, C, *spatial] -> [N, ...]."""
+
+    def load_external(self, path: Path, split: str) -> FieldData:
+        """Load ``split`` from a published data file (``--data-file``)."""
+        raise PcgError(f"task {self.name!r} has no loader for external data files")
+
+    # -- optional hooks ---------------------------------------------------------------
+    def constraints(self) -> Mapping[str, Constraint]:
+        return {}
+
+    def charts(self) -> Mapping[str, Callable[[], Chart]]:
+        """Named factories of feasible parameterizations (first = default)."""
+        return {}
+
+    def chart(self, name: str | None = None) -> Chart:
+        charts = self.charts()
+        if not charts:
+            raise PcgError(f"task {self.name!r} declares no chart")
+        key = name or next(iter(charts))
+        if key not in charts:
+            raise PcgError(
+                f"task {self.name!r} has no chart {key!r}; available: {', '.join(charts)}"
+            )
+        return charts[key]()
+
+    # -- data ---------------------------------------------------------------------
+    def dataset(self, split: str) -> FieldData:
+        if split not in SPLITS:
+            raise PcgError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        if split not in self._splits:
+            if self.data_file is not None:
+                self._splits[split] = self.load_external(Path(self.data_file), split)
+            else:
+                from pcgbench.datacache import load_or_generate
+
+                self._splits[split] = load_or_generate(self, split)
+        return self._splits[split]
+
+    @cached_property
+    def normalizer(self) -> Normalizer:
+        return Normalizer.fit(self.dataset("train").x)
+
+    def params_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.params)
