@@ -1,0 +1,73 @@
+"""Where things live on disk, and atomic writes (temp file + rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pcgbench.errors import PcgError
+
+
+def _user_dir(env: str, leaf: str) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pcgbench" / leaf
+
+
+def data_dir(override: Path | str | None = None) -> Path:
+    """The dataset cache: ``--data-dir``, else ``$PCGBENCH_DATA``, else ~/.cache/pcgbench/data."""
+    return Path(override).expanduser() if override else _user_dir("PCGBENCH_DATA", "data")
+
+
+def results_dir(override: Path | str | None = None) -> Path:
+    """Run records and checkpoints: ``--results``, else ``$PCGBENCH_RESULTS``, else
+    ~/.cache/pcgbench/results."""
+    return Path(override).expanduser() if override else _user_dir("PCGBENCH_RESULTS", "results")
+
+
+def ensure_writable(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, delete=True)
+        probe.close()
+    except OSError as exc:
+        raise PcgError(f"directory {str(path)!r} is not writable ({exc.strerror or exc})") from exc
+    return path
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temp file beside ``path``, then rename it into place, so a
+    reader never sees a half-written file and an interrupted write leaves nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    def write(tmp: Path) -> None:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    atomic_write(path, write)
+
+
+def config_hash(obj: Any, length: int = 12) -> str:
+    import hashlib
+
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
