@@ -1,0 +1,3 @@
+"""Built-in methods; importing this package registers them in ``METHODS``."""
+
+from pcgbench.methods import fm_ot  # noqa: F401

@@ -88,6 +88,10 @@ class Method(ABC):
     ) -> torch.Tensor:
         """Draw n samples [n, C, *spatial] in physical units.  ``cond`` is [n, d] or None."""
 
+    def record_extras(self) -> dict[str, Any]:
+        """Method-specific facts for the run record (e.g. encode-decode error)."""
+        return {}
+
     def modules(self) -> Iterable[nn.Module]:
         """The learned modules (for parameter counts and checkpoints)."""
         return [m for m in vars(self).values() if isinstance(m, nn.Module)]

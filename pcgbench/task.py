@@ -114,6 +114,8 @@ class Task(ABC):
     Params: ClassVar[type]
     metrics: ClassVar[tuple[str, ...]] = ("re", "wd", "js", "mmse", "smse", "energy")
     description: ClassVar[str] = ""
+    #: benchmark key of this task in the paper's reported tables (leaderboard/reported)
+    paper_benchmark: ClassVar[str | None] = None
 
     def __init__(
         self,

@@ -1,0 +1,140 @@
+"""Paper-style tables from run records: metric rows x method columns, mean ± std over
+seeds, best bolded (the ``data`` reference column is never bolded)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+from tabulate import tabulate
+
+from pcgbench.registry import METRICS
+
+EXTRA_ROWS = (
+    ("nfe", lambda r: r.get("nfe")),
+    ("time/sample [s]", lambda r: (r.get("inference") or {}).get("seconds_per_sample")),
+    ("train [s/update]", lambda r: (r.get("training") or {}).get("seconds_per_update")),
+    ("peak memory [MB]", lambda r: (r.get("memory") or {}).get("train_peak_mb")),
+    ("parameters", lambda r: r.get("parameters")),
+)
+LOWER_IS_BETTER_EXTRAS = {"nfe", "time/sample [s]", "train [s/update]", "peak memory [MB]"}
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f
+
+
+def group_records(records: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]:
+    """{(task, preset): {method: [records over seeds]}} (latest record per seed wins)."""
+    out: dict[tuple[str, str], dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for r in records:
+        if "task" not in r or "method" not in r:
+            continue
+        per_seed = out[(r["task"], r.get("preset", "?"))][r["method"]]
+        seed = r.get("seed", 0)
+        if seed not in per_seed or r.get("finished", r.get("created", "")) >= per_seed[seed].get(
+            "finished", per_seed[seed].get("created", "")
+        ):
+            per_seed[seed] = r
+    return {k: {m: list(s.values()) for m, s in v.items()} for k, v in out.items()}
+
+
+def _method_order(methods: list[str]) -> list[str]:
+    rest = sorted(m for m in methods if m != "data")
+    return (["data"] if "data" in methods else []) + rest
+
+
+def _higher_is_better(row: str) -> bool:
+    if row in METRICS:
+        return bool(METRICS.get(row).higher_is_better)
+    return False
+
+
+def summary_frame(by_method: dict[str, list[dict]]) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(means, stds, seed counts) with metric rows and method columns."""
+    metric_rows: list[str] = []
+    for recs in by_method.values():
+        for r in recs:
+            for k in (r.get("metrics") or {}):
+                if k not in metric_rows and k != "nonfinite_fraction":
+                    metric_rows.append(k)
+    rows = metric_rows + [name for name, _ in EXTRA_ROWS]
+    getters = {m: (lambda r, m=m: (r.get("metrics") or {}).get(m)) for m in metric_rows}
+    getters.update(dict(EXTRA_ROWS))
+    methods = _method_order(list(by_method))
+    mean = pd.DataFrame(index=rows, columns=methods, dtype=float)
+    std = pd.DataFrame(index=rows, columns=methods, dtype=float)
+    for m in methods:
+        for row in rows:
+            vals = [v for v in (_num(getters[row](r)) for r in by_method[m]) if v is not None]
+            vals = [v for v in vals if not math.isnan(v)]
+            if vals:
+                mean.loc[row, m] = statistics.fmean(vals)
+                std.loc[row, m] = statistics.stdev(vals) if len(vals) > 1 else float("nan")
+    seeds = {m: len(by_method[m]) for m in methods}
+    return mean, std, seeds
+
+
+def _fmt(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e4 or abs(v) < 1e-3:
+        return f"{v:.3e}"
+    return f"{v:.4g}"
+
+
+def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], fmt: str,
+                 reported: pd.DataFrame | None = None) -> str:
+    """Render as markdown ('md'), LaTeX ('latex') or CSV ('csv')."""
+    if fmt == "csv":
+        long = []
+        for row in mean.index:
+            for m in mean.columns:
+                long.append({"row": row, "method": m, "mean": mean.loc[row, m],
+                             "std": std.loc[row, m], "seeds": seeds[m], "source": "measured"})
+        if reported is not None:
+            for row in reported.index:
+                for m in reported.columns:
+                    long.append({"row": row, "method": m, "mean": reported.loc[row, m],
+                                 "std": float("nan"), "seeds": 0, "source": "paper (reported)"})
+        return pd.DataFrame(long).to_csv(index=False)
+    bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
+    cells = []
+    for row in mean.index:
+        contenders = {m: mean.loc[row, m] for m in mean.columns
+                      if m != "data" and not math.isnan(mean.loc[row, m])}
+        best = None
+        if len(contenders) > 1 and row != "parameters":
+            pick = max if _higher_is_better(row) else min
+            best = pick(contenders, key=contenders.get)
+        line = [row]
+        for m in mean.columns:
+            s = _fmt(mean.loc[row, m])
+            if not math.isnan(std.loc[row, m]):
+                s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(std.loc[row, m])
+            line.append(bold(s) if m == best else s)
+        cells.append(line)
+    headers = ["metric"] + [f"{m} (n={seeds[m]})" if m != "data" else "data (reference)"
+                            for m in mean.columns]
+    tablefmt = "pipe" if fmt == "md" else "latex_raw"
+    out = tabulate(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    if reported is not None:
+        rep_cells = [[row] + [_fmt(reported.loc[row, m]) for m in reported.columns]
+                     for row in reported.index]
+        title = ("\n\nReported in the paper (authors' data and GPU; not measured here):\n\n"
+                 if fmt == "md" else "\n\n% Reported in the paper (not measured here)\n")
+        out += title + tabulate(rep_cells, headers=["metric"] + [f"paper: {m}" for m in
+                                                                 reported.columns],
+                                tablefmt=tablefmt, disable_numparse=True)
+    return out

@@ -1,0 +1,5 @@
+import sys
+
+from pcgbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,231 @@
+"""Command-line interface: ``pcgbench run | list | leaderboard | data | study``.
+
+User errors (unknown names, unsupported combinations, bad input, unwritable
+directories) print one line and exit with code 2; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from pcgbench.errors import PcgError
+from pcgbench.presets import DEFAULT_PRESET, PRESETS
+from pcgbench.registry import METHODS, METRICS, STUDIES, TASKS, load_plugin
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it may register tasks/methods/metrics)")
+    p.add_argument("--results", default=None,
+                   help="results directory (default $PCGBENCH_RESULTS, "
+                   "else ~/.cache/pcgbench/results)")
+    p.add_argument("--data-dir", default=None,
+                   help="dataset cache (default $PCGBENCH_DATA or ~/.cache/pcgbench/data)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pcgbench",
+        description="Benchmark suite for physics-constrained generative models.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="fit, sample, evaluate and record one run per seed")
+    _add_common(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("--method", required=True)
+    p.add_argument("--seed", type=int, nargs="+", default=[0])
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda[:i]")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a method config field, e.g. --set iterations=200")
+    p.add_argument("--chart", default=None, help="chart name, for methods that use charts")
+    p.add_argument("--data-file", default=None,
+                   help="load the task's published data file from this local path")
+    p.add_argument("--batch-size", type=int, default=64, help="sampling batch size")
+    p.add_argument("--force", action="store_true", help="rerun even if the record exists")
+
+    p = sub.add_parser("list", help="list tasks, methods, metrics, presets, studies")
+    _add_common(p)
+    p.add_argument("what", nargs="?", default="all",
+                   choices=["all", "tasks", "methods", "metrics", "presets", "studies"])
+
+    p = sub.add_parser("leaderboard", help="paper-style tables from all recorded runs")
+    _add_common(p)
+    p.add_argument("--task", default=None)
+    p.add_argument("--preset", default=None)
+    p.add_argument("--format", choices=["md", "latex", "csv"], default="md")
+    p.add_argument("--no-reported", action="store_true",
+                   help="omit the paper's reported values")
+
+    p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
+    _add_common(p)
+    p.add_argument("action", choices=["generate", "inspect", "verify"])
+    p.add_argument("--task", required=True)
+    p.add_argument("--preset", default=DEFAULT_PRESET)
+    p.add_argument("--split", nargs="+", default=["train", "val", "test"])
+
+    p = sub.add_parser("study", help="run a controlled analytic study (paper tables)")
+    _add_common(p)
+    p.add_argument("name")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
+    p.add_argument("--format", choices=["md", "latex", "csv"], default="md")
+    return parser
+
+
+def _one_line(obj_doc: str | None) -> str:
+    return (obj_doc or "").strip().splitlines()[0] if obj_doc else ""
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    sections = {
+        "tasks": [(n, TASKS.get(n).description or _one_line(TASKS.get(n).__doc__))
+                  for n in TASKS.names()],
+        "methods": [(n, METHODS.get(n).description or _one_line(METHODS.get(n).__doc__))
+                    for n in METHODS.names()],
+        "metrics": [(n, METRICS.get(n).description or _one_line(METRICS.get(n).__doc__))
+                    for n in METRICS.names()],
+        "presets": list(PRESETS.items()),
+        "studies": [(n, _one_line(STUDIES.get(n).__doc__)) for n in STUDIES.names()],
+    }
+    for section, items in sections.items():
+        if args.what not in ("all", section):
+            continue
+        if args.what == "all":
+            print(f"{section}:")
+        for name, desc in items:
+            print(f"  {name:<22} {desc}" if args.what == "all" else f"{name:<22} {desc}")
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from pcgbench.config import parse_assignments
+    from pcgbench.runner import RunOptions, run
+
+    overrides = parse_assignments(args.set)
+    for seed in args.seed:
+        opts = RunOptions(
+            task=args.task, method=args.method, seed=seed, preset=args.preset,
+            device=args.device, overrides=overrides, chart=args.chart,
+            results_dir=args.results, data_dir=args.data_dir, data_file=args.data_file,
+            force=args.force, progress=not args.quiet, sample_batch=args.batch_size,
+        )
+        record, path, skipped = run(opts)
+        if skipped:
+            print(f"skipped (record exists; --force to rerun): {path}")
+            continue
+        m = record["metrics"]
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in m.items() if v is not None)
+        inf = record["inference"]
+        print(f"{args.task}/{args.method} seed={seed} preset={args.preset}: {shown}")
+        print(f"  nfe={record['nfe']} time/sample={inf['seconds_per_sample']:.4g}s "
+              f"train s/update={record['training']['seconds_per_update']} "
+              f"wall={record['wall_seconds']:.1f}s")
+        print(f"  record: {path}")
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> None:
+    from pcgbench.leaderboard import (
+        format_table,
+        group_records,
+        load_records,
+        reported_table,
+        summary_frame,
+    )
+    from pcgbench.storage import results_dir
+
+    root = results_dir(args.results)
+    groups = group_records(load_records(root))
+    if args.task is not None:
+        TASKS.get(args.task)  # unknown task -> did-you-mean error
+    keys = sorted(k for k in groups if (args.task in (None, k[0]))
+                  and (args.preset in (None, k[1])))
+    if not keys:
+        raise PcgError(f"no run records under {root}"
+                       + (f" for task {args.task!r}" if args.task else "")
+                       + "; run `pcgbench run --task T --method M` first")
+    for task, preset in keys:
+        mean, std, seeds = summary_frame(groups[(task, preset)])
+        reported = None
+        if not args.no_reported and task in TASKS:
+            bench = TASKS.get(task).paper_benchmark
+            reported = reported_table(bench) if bench else None
+        if args.format != "csv":
+            print(f"\n## {task} (preset {preset})\n")
+        print(format_table(mean, std, seeds, args.format, reported))
+
+
+def cmd_data(args: argparse.Namespace) -> None:
+    import time
+
+    from pcgbench.datacache import cache_path, verify
+
+    task = TASKS.get(args.task)(preset=args.preset,
+                                data_dir=Path(args.data_dir) if args.data_dir else None,
+                                progress=not args.quiet)
+    for split in args.split:
+        if args.action == "verify":
+            print(f"{args.task}/{split}: {verify(task, split)}  ({cache_path(task, split)})")
+            continue
+        t0 = time.perf_counter()
+        data = task.dataset(split)
+        dt = time.perf_counter() - t0
+        x = data.x
+        line = (f"{args.task}/{split} [{args.preset}]: x {tuple(x.shape)} "
+                f"min={x.min():.4g} max={x.max():.4g} mean={x.mean():.4g} std={x.std():.4g}")
+        if data.cond is not None:
+            line += f" cond {tuple(data.cond.shape)}"
+        if args.action == "generate":
+            line += f"  ({dt:.1f}s)"
+        print(line + f"\n  cache: {cache_path(task, split)}")
+
+
+def cmd_study(args: argparse.Namespace) -> None:
+    study = STUDIES.get(args.name)()
+    cfg = study.smoke() if args.smoke else study.Config()
+    tables = study.run(cfg, progress=not args.quiet)
+    for name, df in tables.items():
+        print(f"\n## {args.name}: {name} (this run)\n")
+        print(df.to_markdown() if args.format == "md" else
+              df.to_latex() if args.format == "latex" else df.to_csv())
+        paper = getattr(study, "paper_tables", {}).get(name)
+        if paper is not None:
+            print(f"\n## {args.name}: {name} (paper, reported)\n")
+            print(paper.to_markdown() if args.format == "md" else
+                  paper.to_latex() if args.format == "latex" else paper.to_csv())
+
+
+COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,
+            "data": cmd_data, "study": cmd_study}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.quiet:
+        os.environ["TQDM_DISABLE"] = "1"
+    try:
+        for module in args.plugin:
+            load_plugin(module)
+        COMMANDS[args.command](args)
+    except PcgError as exc:
+        if args.debug:
+            raise
+        print(f"pcgbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pcgbench: interrupted (completed records are kept; rerun to resume)",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("default")
+    sys.exit(main())

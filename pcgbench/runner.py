@@ -1,0 +1,299 @@
+"""One run: fit (or reuse a cached checkpoint) -> sample the test conditions -> evaluate ->
+write one JSON run record atomically.  Records are the source of truth for every table.
+
+Layout under the results directory::
+
+    records/<task>/<preset>/<method>/seed<seed>-<hash>.json
+    checkpoints/<task>/<preset>/<method>/seed<seed>-<hash>.pt
+
+``<hash>`` covers the task parameters, the method config, seed and preset, so a changed
+config never reuses a stale checkpoint, and a run whose record exists is skipped unless
+``force`` (free resume).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pcgbench import environment
+from pcgbench.config import apply_overrides, to_dict
+from pcgbench.errors import PcgError, UnsupportedError
+from pcgbench.method import FitStats, Method
+from pcgbench.metric import MetricContext
+from pcgbench.network import parameter_count
+from pcgbench.presets import check_preset
+from pcgbench.registry import METHODS, METRICS, TASKS
+from pcgbench.storage import atomic_write, atomic_write_json, config_hash, ensure_writable
+from pcgbench.storage import results_dir as default_results_dir
+from pcgbench.task import Task
+from pcgbench.timing import (
+    median_after_warmup,
+    peak_memory_mb,
+    reset_peak_memory,
+    synchronize,
+    timed_median,
+)
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    task: str
+    method: str
+    seed: int = 0
+    preset: str = "cpu"
+    device: str = "auto"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    chart: str | None = None
+    results_dir: str | None = None
+    data_dir: str | None = None
+    data_file: str | None = None
+    force: bool = False
+    progress: bool = True
+    sample_batch: int = 64
+    timing_repeats: int = 3
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_task(opts: RunOptions) -> Task:
+    task_cls = TASKS.get(opts.task)
+    return task_cls(
+        preset=opts.preset,
+        data_dir=Path(opts.data_dir) if opts.data_dir else None,
+        data_file=Path(opts.data_file) if opts.data_file else None,
+        progress=opts.progress,
+    )
+
+
+def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
+    method_cls = METHODS.get(opts.method)
+    reason = method_cls.unsupported_reason(task)
+    if reason:
+        raise UnsupportedError(reason)
+    config = method_cls.Config.for_preset(opts.preset)
+    overrides = dict(opts.overrides)
+    if opts.chart is not None:
+        overrides["chart"] = opts.chart
+    config = apply_overrides(config, overrides)
+    return method_cls(task, config, device)
+
+
+def run_key(task: Task, method: Method, opts: RunOptions) -> dict[str, Any]:
+    return {
+        "task": task.name,
+        "task_params": task.params_dict(),
+        "data_file": opts.data_file,
+        "method": method.name,
+        "config": to_dict(method.config),
+        "seed": opts.seed,
+        "preset": opts.preset,
+        "record_version": RECORD_VERSION,
+    }
+
+
+def _paths(root: Path, key: dict[str, Any]) -> tuple[Path, Path]:
+    h = config_hash(key)
+    sub = Path(key["task"]) / key["preset"] / key["method"] / f"seed{key['seed']}-{h}"
+    records, ckpts = root / "records", root / "checkpoints"
+    return records / sub.with_suffix(".json"), ckpts / sub.with_suffix(".pt")
+
+
+def record_path(opts: RunOptions) -> Path:
+    """Where the record of a run would be written (builds task and method, no data)."""
+    task = build_task(opts)
+    method = build_method(task, opts, torch.device("cpu"))
+    root = default_results_dir(opts.results_dir)
+    return _paths(root, run_key(task, method, opts))[0]
+
+
+def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
+                 device: torch.device) -> tuple[FitStats, bool]:
+    if ckpt.exists() and not opts.force:
+        try:
+            state = torch.load(ckpt, map_location=device, weights_only=True)
+            method.load_state_dict(state["method"])
+            stats = FitStats(**state["fit"])
+            return stats, True
+        except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint is refitted
+            import warnings
+
+            warnings.warn(f"checkpoint {ckpt} is unreadable ({exc}); refitting", stacklevel=2)
+    train = task.dataset("train")
+    stats = method.fit(train, progress=opts.progress)
+    payload = {"method": method.state_dict(), "fit": dataclasses.asdict(stats)}
+
+    def write(tmp: Path) -> None:
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        tmp.write_bytes(buf.getvalue())
+
+    atomic_write(ckpt, write)
+    return stats, False
+
+
+def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str) -> None:
+    expected = (n, *task.spec.field_shape)
+    if tuple(samples.shape) != expected:
+        raise PcgError(
+            f"method {method!r} returned samples of shape {tuple(samples.shape)}; "
+            f"task {task.name!r} expects {expected}"
+        )
+
+
+def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
+             cond: torch.Tensor | None, reference_cond: torch.Tensor | None) -> dict[str, float]:
+    from pcgbench.metrics import nonfinite_fraction
+
+    ctx = MetricContext(task=task, cond=cond, reference_cond=reference_cond)
+    out: dict[str, float] = {}
+    for name in task.metrics:
+        metric = METRICS.get(name)()
+        with torch.no_grad():
+            value = metric(samples.detach().cpu(), reference.detach().cpu(), ctx)
+        out[name] = float(value)
+    out["nonfinite_fraction"] = nonfinite_fraction(samples.detach().cpu())
+    return out
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else str(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def data_reference_record(task: Task, opts: RunOptions) -> Path:
+    """The ``data`` column: each metric for an independent draw of real data (the val
+    split) against the test set; the reference floor every table needs."""
+    root = ensure_writable(default_results_dir(opts.results_dir))
+    key = {"task": task.name, "task_params": task.params_dict(), "data_file": opts.data_file,
+           "method": "data", "config": {}, "seed": 0, "preset": opts.preset,
+           "record_version": RECORD_VERSION}
+    path, _ = _paths(root, key)
+    if path.exists() and not opts.force:
+        return path
+    val, test = task.dataset("val"), task.dataset("test")
+    metrics = evaluate(task, val.x, test.x, val.cond, test.cond)
+    record = {**key, "metrics": metrics, "nfe": 0, "created": environment.now(),
+              "note": "val split evaluated against the test split (reference floor)",
+              "versions": environment.package_versions(), "git": environment.git_hash()}
+    atomic_write_json(path, _json_safe(record))
+    return path
+
+
+def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
+    """Execute one run.  Returns (record, path, skipped)."""
+    check_preset(opts.preset)
+    device = environment.resolve_device(opts.device)
+    seed_everything(opts.seed)
+    task = build_task(opts)
+    method = build_method(task, opts, device)
+    root = ensure_writable(default_results_dir(opts.results_dir))
+    key = run_key(task, method, opts)
+    path, ckpt = _paths(root, key)
+    if path.exists() and not opts.force:
+        return json.loads(path.read_text()), path, True
+
+    started = environment.now()
+    t_start = time.perf_counter()
+    reset_peak_memory(device)
+    fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
+    train_peak, mem_kind = peak_memory_mb(device)
+    t_fit = time.perf_counter() - t_start
+
+    test = task.dataset("test")
+    n = len(test)
+    batch = min(opts.sample_batch, n)
+    gen = torch.Generator(device="cpu").manual_seed(10_000 + opts.seed)
+
+    def cond_slice(i: int, j: int) -> torch.Tensor | None:
+        return None if test.cond is None else test.cond[i:j].to(device)
+
+    # NFE: count the network calls of one batch (never computed by formula).
+    reset_peak_memory(device)
+    method.nfe.reset()
+    first = method.sample(cond_slice(0, batch), batch, gen)
+    nfe = method.nfe.count
+    _check_samples(first, task, batch, method.name)
+
+    # Inference time: synchronized, after warm-up (the call above), median of repeats.
+    breakdowns: list[dict[str, float]] = []
+
+    def one_batch() -> None:
+        g = torch.Generator(device="cpu").manual_seed(1)
+        method.sample(cond_slice(0, batch), batch, g)
+        breakdowns.append(dict(method.sample_breakdown))
+
+    per_batch, repeats = timed_median(one_batch, device, opts.timing_repeats, warmup=0)
+    breakdown = {
+        k: sorted(b.get(k, 0.0) for b in breakdowns)[len(breakdowns) // 2] / batch
+        for k in (breakdowns[0] if breakdowns else {})
+    }
+
+    chunks = [first.detach().cpu()]
+    for i in range(batch, n, batch):
+        j = min(n, i + batch)
+        chunks.append(method.sample(cond_slice(i, j), j - i, gen).detach().cpu())
+    synchronize(device)
+    samples = torch.cat(chunks)
+    sample_peak, _ = peak_memory_mb(device)
+
+    metrics = evaluate(task, samples, test.x, test.cond, test.cond)
+    data_reference_record(task, opts)
+
+    record = {
+        **key,
+        "metrics": metrics,
+        "nfe": nfe,
+        "inference": {
+            "seconds_per_sample": per_batch / batch,
+            "seconds_per_batch": per_batch,
+            "batch_size": batch,
+            "repeats_seconds": repeats,
+            "breakdown_seconds_per_sample": breakdown,
+        },
+        "training": {
+            "seconds_per_update": median_after_warmup(fit_stats.update_seconds),
+            "updates": len(fit_stats.update_seconds),
+            "fit_seconds": sum(fit_stats.update_seconds),
+            "final_loss": fit_stats.losses[-1] if fit_stats.losses else None,
+            "checkpoint_reused": reused,
+            **fit_stats.extra,
+        },
+        "memory": {"train_peak_mb": train_peak, "sample_peak_mb": sample_peak, "kind": mem_kind},
+        "method_info": method.record_extras(),
+        "parameters": sum(parameter_count(m) for m in method.modules()),
+        "n_samples": n,
+        "device": environment.device_description(device),
+        "versions": environment.package_versions(),
+        "git": environment.git_hash(),
+        "started": started,
+        "finished": environment.now(),
+        "wall_seconds": time.perf_counter() - t_start,
+        "fit_wall_seconds": t_fit,
+        "checkpoint": str(ckpt),
+    }
+    atomic_write_json(path, _json_safe(record))
+    return record, path, False
