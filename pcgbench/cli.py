@@ -189,16 +189,16 @@ def cmd_data(args: argparse.Namespace) -> None:
 
 def cmd_study(args: argparse.Namespace) -> None:
     study = STUDIES.get(args.name)()
-    cfg = study.smoke() if args.smoke else study.Config()
+    cfg = study.smoke() if args.smoke else study.config_cls()
     tables = study.run(cfg, progress=not args.quiet)
     for name, df in tables.items():
         print(f"\n## {args.name}: {name} (this run)\n")
-        print(df.to_markdown() if args.format == "md" else
+        print(df.to_markdown(floatfmt=".10g") if args.format == "md" else
               df.to_latex() if args.format == "latex" else df.to_csv())
         paper = getattr(study, "paper_tables", {}).get(name)
         if paper is not None:
             print(f"\n## {args.name}: {name} (paper, reported)\n")
-            print(paper.to_markdown() if args.format == "md" else
+            print(paper.to_markdown(floatfmt=".10g") if args.format == "md" else
                   paper.to_latex() if args.format == "latex" else paper.to_csv())
 
 

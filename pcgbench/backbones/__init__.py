@@ -1,0 +1,65 @@
+"""Neural backbones shared by all methods: FNO, U-Net and MLP behind one interface.
+
+Every built module has ``forward(x, times, cond=None)`` with ``x`` [B, in_channels,
+*spatial_shape], ``times`` [B, n_times] in [0, 1] and ``cond`` [B, cond_dim] (required when
+``cond_dim > 0``), and returns [B, out_channels, *spatial_shape].  Builders are looked up in
+:data:`BACKBONES`; third-party packages add more through the ``pcgbench.backbones``
+entry-point group or ``@BACKBONES.register("name")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from pcgbench.errors import PcgError
+from pcgbench.registry import Registry
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    kind: str = "fno"  # "fno" | "unet" | "mlp" (any name in BACKBONES)
+    width: int = 32  # FNO channel width / U-Net base channels / MLP hidden width
+    modes: int = 12  # Fourier modes per spatial dim (capped per dim by the grid size)
+    layers: int = 4  # FNO spectral layers / U-Net levels / MLP hidden layers
+    embed_dim: int = 64  # sinusoidal time-embedding size and conditioning embedding size
+
+
+# builder(cfg, in_channels, out_channels, spatial_shape, n_times, cond_dim) -> nn.Module
+BackboneBuilder = Callable[[BackboneConfig, int, int, tuple[int, ...], int, int], nn.Module]
+
+BACKBONES: Registry[BackboneBuilder] = Registry(
+    "backbone",
+    "pcgbench.backbones",
+    ("pcgbench.backbones.fno", "pcgbench.backbones.unet", "pcgbench.backbones.mlp"),
+)
+
+
+def build_backbone(
+    cfg: BackboneConfig,
+    *,
+    in_channels: int,
+    out_channels: int,
+    spatial_shape: tuple[int, ...],
+    n_times: int = 1,
+    cond_dim: int = 0,
+) -> nn.Module:
+    """Build the backbone ``cfg.kind``; raises a one-line PcgError for unsupported input."""
+    shape = tuple(int(n) for n in spatial_shape)
+    for field in ("width", "modes", "layers", "embed_dim"):
+        if getattr(cfg, field) < 1:
+            raise PcgError(f"backbone {field} must be >= 1, got {getattr(cfg, field)}")
+    if in_channels < 1 or out_channels < 1 or n_times < 1 or cond_dim < 0:
+        raise PcgError(
+            f"backbone needs in_channels, out_channels, n_times >= 1 and cond_dim >= 0; got "
+            f"{in_channels}, {out_channels}, {n_times}, {cond_dim}"
+        )
+    if any(n < 1 for n in shape):
+        raise PcgError(f"backbone spatial_shape must be positive, got {shape}")
+    builder = BACKBONES.get(cfg.kind)
+    return builder(cfg, in_channels, out_channels, shape, n_times, cond_dim)
+
+
+__all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "build_backbone"]

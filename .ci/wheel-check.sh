@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build a wheel, install it into a fresh venv that shares the CPU torch already installed,
+# and run `pcgbench list` plus a smoke run from outside the source tree.
+set -euo pipefail
+root=$(pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pip wheel -q --no-deps -w "$tmp/dist" "$root" >/dev/null
+# A clean venv whose dependencies (torch, numpy, ...) come from the current environment via a
+# .pth line; .pth files inside that directory (e.g. an editable pcgbench) are NOT processed,
+# so the only pcgbench importable there is the wheel's.
+python3 -m venv "$tmp/venv"
+deps=$(python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+wsite=$("$tmp/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "$deps" > "$wsite/zz_deps.pth"
+"$tmp/venv/bin/pip" install -q --no-deps "$tmp"/dist/pcgbench-*.whl
+cd "$tmp"
+"$tmp/venv/bin/python" - <<'PY'
+import pcgbench, pcgbench.tasks, pcgbench.methods, pcgbench.metrics, pcgbench.leaderboard
+assert "site-packages" in pcgbench.__file__, pcgbench.__file__
+assert "site-packages" in pcgbench.tasks.__file__, pcgbench.tasks.__file__
+from pcgbench.leaderboard import reported_table
+assert reported_table("burgers") is not None
+print("wheel import ok:", pcgbench.__file__)
+PY
+PCGBENCH_RESULTS="$tmp/results" PCGBENCH_DATA="$tmp/data" \
+  "$tmp/venv/bin/pcgbench" run --task burgers --method fm_ot --preset smoke --quiet
+PCGBENCH_RESULTS="$tmp/results" "$tmp/venv/bin/pcgbench" leaderboard --task burgers >/dev/null
+echo "wheel check ok"

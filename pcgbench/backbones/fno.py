@@ -1,0 +1,147 @@
+"""Fourier neural operator for 1-D, 2-D and 3-D fields with time/condition FiLM."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pcgbench.backbones import BACKBONES, BackboneConfig
+from pcgbench.backbones.embeddings import TimeCondEmbedding, check_input
+from pcgbench.errors import PcgError
+
+
+def mode_caps(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Most modes usable per dim: n//2 on full-FFT axes (the + and - corner blocks never
+    overlap), n//2 + 1 on the last (rfft) axis."""
+    return tuple(n // 2 for n in shape[:-1]) + (shape[-1] // 2 + 1,)
+
+
+def unit_grid(shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """Grid coordinates in [0, 1], shape [1, d, *shape]."""
+    axes = [torch.linspace(0.0, 1.0, n, dtype=like.dtype, device=like.device) for n in shape]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=0).unsqueeze(0)
+
+
+class Pointwise(nn.Linear):
+    """1x1 convolution over the channel dim (dim 1) of a [B, C, *spatial] tensor."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x.movedim(1, -1)).movedim(-1, 1)
+
+
+class SpectralConv(nn.Module):
+    """Multiplies the lowest ``modes`` Fourier modes of each channel by learned complex weights.
+
+    Uses rfftn over the last d dims; the 2^(d-1) low-frequency corner blocks (sign
+    combinations of the first d-1 axes) each get their own weights, stored as a real tensor
+    [2^(d-1), in, out, *modes, 2].  Inputs at other resolutions use the modes that fit.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, modes: tuple[int, ...]):
+        super().__init__()
+        self.modes = tuple(modes)
+        self.out_channels = out_channels
+        n_blocks = 2 ** (len(modes) - 1)
+        std = (2.0 * in_channels) ** -0.5  # complex variance 1/in per mode
+        w = torch.randn(n_blocks, in_channels, out_channels, *self.modes, 2) * std
+        self.weight = nn.Parameter(w)
+
+    def forward(self, x: Tensor) -> Tensor:
+        d = len(self.modes)
+        n = tuple(x.shape[-d:])
+        dims = tuple(range(-d, 0))
+        xin = x if x.dtype in (torch.float32, torch.float64) else x.float()
+        xf = torch.fft.rfftn(xin, dim=dims)
+        w = torch.view_as_complex(self.weight)
+        m = [min(mi, c) for mi, c in zip(self.modes, mode_caps(n), strict=True)]
+        out = xf.new_zeros(x.shape[0], self.out_channels, *n[:-1], n[-1] // 2 + 1)
+        if min(m) > 0:
+            for k, signs in enumerate(itertools.product((1, -1), repeat=d - 1)):
+                xs: list[slice] = []
+                ws: list[slice] = []
+                # signs has d-1 entries: one per full-FFT axis; the rfft axis follows
+                for s, mi, ni, full in zip(signs, m, n, self.modes, strict=False):
+                    xs.append(slice(0, mi) if s > 0 else slice(ni - mi, ni))
+                    ws.append(slice(0, mi) if s > 0 else slice(full - mi, full))
+                xs.append(slice(0, m[-1]))
+                ws.append(slice(0, m[-1]))
+                block = xf[(..., *xs)]
+                out[(..., *xs)] = torch.einsum("bi...,io...->bo...", block, w[(k, ..., *ws)])
+        return torch.fft.irfftn(out, s=n, dim=dims).to(x.dtype)
+
+
+class FNO(nn.Module):
+    """Lift (x, grid) -> ``layers`` x [spectral + pointwise, FiLM(time, cond), GELU] -> project."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        spatial_shape: tuple[int, ...],
+        *,
+        width: int,
+        modes: int,
+        layers: int,
+        embed_dim: int,
+        n_times: int,
+        cond_dim: int,
+    ):
+        super().__init__()
+        self.ndim = d = len(spatial_shape)
+        self.in_channels, self.width = in_channels, width
+        block_modes = tuple(max(1, min(modes, c)) for c in mode_caps(spatial_shape))
+        self.embed = TimeCondEmbedding(n_times, cond_dim, embed_dim)
+        self.lift = Pointwise(in_channels + d, width)
+        self.spectral = nn.ModuleList(
+            SpectralConv(width, width, block_modes) for _ in range(layers)
+        )
+        self.pointwise = nn.ModuleList(Pointwise(width, width) for _ in range(layers))
+        self.film = nn.ModuleList(nn.Linear(embed_dim, 2 * width) for _ in range(layers))
+        self.proj = nn.Sequential(
+            Pointwise(width, 2 * width), nn.GELU(), Pointwise(2 * width, out_channels)
+        )
+        with torch.no_grad():
+            self.proj[-1].weight.mul_(0.01)
+            self.proj[-1].bias.zero_()
+
+    def forward(self, x: Tensor, times: Tensor, cond: Tensor | None = None) -> Tensor:
+        check_input(x, self.in_channels, self.ndim, "fno")
+        b = x.shape[0]
+        emb = F.silu(self.embed(times, cond, batch=b))
+        grid = unit_grid(tuple(x.shape[2:]), x).expand(b, -1, *x.shape[2:])
+        h = self.lift(torch.cat([x, grid], dim=1))
+        bcast = (b, 2, self.width) + (1,) * self.ndim
+        for spec, pw, film in zip(self.spectral, self.pointwise, self.film, strict=True):
+            scale, shift = film(emb).view(bcast).unbind(1)
+            h = F.gelu((spec(h) + pw(h)) * (1 + scale) + shift)
+        return self.proj(h)
+
+
+@BACKBONES.register("fno")
+def build_fno(
+    cfg: BackboneConfig,
+    in_channels: int,
+    out_channels: int,
+    spatial_shape: tuple[int, ...],
+    n_times: int,
+    cond_dim: int,
+) -> nn.Module:
+    if len(spatial_shape) not in (1, 2, 3):
+        raise PcgError(
+            f"backbone 'fno' needs a 1-D, 2-D or 3-D field, got spatial_shape={spatial_shape}"
+            + (" (use kind='mlp' for point data)" if not spatial_shape else "")
+        )
+    return FNO(
+        in_channels,
+        out_channels,
+        spatial_shape,
+        width=cfg.width,
+        modes=cfg.modes,
+        layers=cfg.layers,
+        embed_dim=cfg.embed_dim,
+        n_times=n_times,
+        cond_dim=cond_dim,
+    )

@@ -1,0 +1,235 @@
+"""Backbones: shapes, gradients, time/cond dependence, save/load, spectral exactness."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pcgbench.backbones import BACKBONES, BackboneConfig, build_backbone
+from pcgbench.backbones.fno import SpectralConv, mode_caps
+from pcgbench.errors import PcgError, UnknownNameError
+
+# odd and mixed sizes on purpose
+SHAPES: dict[int, tuple[int, ...]] = {0: (), 1: (51,), 2: (21, 33), 3: (9, 10, 7)}
+SMALL = {"width": 8, "modes": 5, "layers": 2, "embed_dim": 16}
+B, C_IN, C_OUT = 3, 2, 3
+
+
+def _supported() -> list[tuple[str, int]]:
+    cases = []
+    for kind in BACKBONES.names():
+        for d, shape in SHAPES.items():
+            try:
+                build_backbone(
+                    BackboneConfig(kind=kind, **SMALL),
+                    in_channels=1,
+                    out_channels=1,
+                    spatial_shape=shape,
+                )
+            except PcgError:
+                continue
+            cases.append((kind, d))
+    return cases
+
+
+CASES = _supported()
+FULL = [
+    pytest.param(kind, d, nt, cd, id=f"{kind}-{d}d-t{nt}-c{cd}")
+    for kind, d in CASES
+    for nt in (1, 2)
+    for cd in (0, 3)
+]
+
+
+def _make(kind: str, d: int, n_times: int, cond_dim: int, seed: int = 0):
+    torch.manual_seed(seed)
+    net = build_backbone(
+        BackboneConfig(kind=kind, **SMALL),
+        in_channels=C_IN,
+        out_channels=C_OUT,
+        spatial_shape=SHAPES[d],
+        n_times=n_times,
+        cond_dim=cond_dim,
+    )
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(B, C_IN, *SHAPES[d], generator=g)
+    times = torch.rand(B, n_times, generator=g)
+    cond = torch.randn(B, cond_dim, generator=g) if cond_dim else None
+    return net, x, times, cond
+
+
+def test_expected_kinds_and_dims_are_supported():
+    expected = {("fno", 1), ("fno", 2), ("fno", 3), ("unet", 1), ("unet", 2), ("mlp", 0)}
+    assert expected <= set(CASES)
+
+
+@pytest.mark.parametrize("kind,d,n_times,cond_dim", FULL)
+def test_shape_and_gradients(kind, d, n_times, cond_dim):
+    net, x, times, cond = _make(kind, d, n_times, cond_dim)
+    out = net(x, times, cond)
+    assert out.shape == (B, C_OUT, *SHAPES[d])
+    assert torch.isfinite(out).all()
+    (out * torch.randn_like(out)).sum().backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None, name
+        assert torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().max() > 0, name
+
+
+@pytest.mark.parametrize("kind,d,n_times,cond_dim", FULL)
+def test_each_time_and_cond_change_output(kind, d, n_times, cond_dim):
+    net, x, times, cond = _make(kind, d, n_times, cond_dim)
+    with torch.no_grad():
+        ref = net(x, times, cond)
+        for i in range(n_times):
+            other = times.clone()
+            other[:, i] = 1.0 - other[:, i]
+            assert not torch.allclose(net(x, other, cond), ref), f"time {i} ignored"
+        if cond is not None:
+            assert not torch.allclose(net(x, times, cond + 1.0), ref), "cond ignored"
+
+
+@pytest.mark.parametrize("kind,d,n_times,cond_dim", FULL)
+def test_state_dict_roundtrip(kind, d, n_times, cond_dim, tmp_path):
+    net, x, times, cond = _make(kind, d, n_times, cond_dim)
+    path = tmp_path / "w.pt"
+    torch.save(net.state_dict(), path)
+    fresh, *_ = _make(kind, d, n_times, cond_dim, seed=123)
+    fresh.load_state_dict(torch.load(path, weights_only=True))
+    with torch.no_grad():
+        assert torch.equal(fresh(x, times, cond), net(x, times, cond))
+
+
+@pytest.mark.parametrize("kind,d", CASES)
+def test_missing_or_unexpected_cond_raises(kind, d):
+    net, x, times, cond = _make(kind, d, 1, 3)
+    with pytest.raises(PcgError, match="cond_dim=3"):
+        net(x, times)
+    with pytest.raises(PcgError, match="cond"):
+        net(x, times, cond[:, :2])
+    plain, x, times, _ = _make(kind, d, 1, 0)
+    with pytest.raises(PcgError, match="cond_dim=0"):
+        plain(x, times, torch.zeros(B, 3))
+
+
+@pytest.mark.parametrize("kind,d", CASES)
+def test_bad_input_shapes_raise(kind, d):
+    net, x, times, _ = _make(kind, d, 2, 0)
+    with pytest.raises(PcgError, match="times"):
+        net(x, times[:, :1])
+    with pytest.raises(PcgError, match="expects x"):
+        net(x[:, :1], times)
+
+
+def test_time_broadcasting():
+    net, x, times, _ = _make("fno", 1, 1, 0)
+    with torch.no_grad():
+        ref = net(x, torch.full((B, 1), 0.3))
+        assert torch.allclose(net(x, torch.full((B,), 0.3)), ref)
+        assert torch.allclose(net(x, 0.3), ref)
+    net2, x, _, _ = _make("mlp", 0, 2, 0)
+    with torch.no_grad():
+        ref = net2(x, torch.tensor([[0.2, 0.7]]).expand(B, 2))
+        assert torch.allclose(net2(x, torch.tensor([0.2, 0.7])), ref)
+
+
+@pytest.mark.parametrize(
+    "kind,shape",
+    [("fno", ()), ("unet", ()), ("mlp", (16,)), ("fno", (4, 4, 4, 4)), ("unet", (4, 4, 4, 4))],
+)
+def test_unsupported_combinations_raise(kind, shape):
+    with pytest.raises(PcgError, match=kind) as info:
+        build_backbone(
+            BackboneConfig(kind=kind), in_channels=1, out_channels=1, spatial_shape=shape
+        )
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_kind_and_bad_config():
+    with pytest.raises(UnknownNameError, match="fno"):
+        build_backbone(
+            BackboneConfig(kind="fn0"), in_channels=1, out_channels=1, spatial_shape=(8,)
+        )
+    with pytest.raises(PcgError, match="width"):
+        build_backbone(BackboneConfig(width=0), in_channels=1, out_channels=1, spatial_shape=(8,))
+
+
+# -- spectral convolution -------------------------------------------------------------------
+SPECTRAL_SHAPES = [(51,), (32,), (21, 33), (16, 12), (9, 10, 11)]
+# (frequency per axis) of a few low modes; negative entries test the negative-frequency corners
+LOW_MODES = {
+    1: [(0,), (1,), (3,)],
+    2: [(0, 0), (1, 2), (-2, 1), (-1, 3)],
+    3: [(0, 1, 0), (1, -1, 2), (-2, 1, 1), (-1, -2, 0)],
+}
+
+
+def _band_limited(shape: tuple[int, ...], channels: int) -> torch.Tensor:
+    """Sum of random-phase cosines of LOW_MODES on the periodic grid x_j = j / n."""
+    g = torch.Generator().manual_seed(0)
+    axes = [torch.arange(n, dtype=torch.float64) / n for n in shape]
+    grid = torch.meshgrid(*axes, indexing="ij")
+    out = torch.zeros(channels, *shape, dtype=torch.float64)
+    for c in range(channels):
+        for k in LOW_MODES[len(shape)]:
+            phase = sum(ki * xi for ki, xi in zip(k, grid, strict=True))
+            amp, shift = torch.randn(2, generator=g, dtype=torch.float64)
+            out[c] += amp * torch.cos(2 * math.pi * phase + shift)
+    return out.unsqueeze(0)
+
+
+@pytest.mark.parametrize("shape", SPECTRAL_SHAPES, ids=str)
+def test_spectral_conv_identity_weights_reproduce_band_limited_input(shape):
+    conv = SpectralConv(2, 2, mode_caps(shape)[:-1] + (4,)).double()
+    with torch.no_grad():
+        conv.weight.zero_()
+        for i in range(2):
+            conv.weight[:, i, i, ..., 0] = 1.0  # real identity on every kept mode
+    x = _band_limited(shape, 2)
+    assert torch.allclose(conv(x), x, atol=1e-10)
+    # a mode above the kept band is removed
+    d = len(shape)
+    high = torch.cos(2 * math.pi * 5 * torch.arange(shape[-1], dtype=torch.float64) / shape[-1])
+    high = high.reshape((1,) * (d + 1) + (shape[-1],)).expand_as(x)
+    assert torch.allclose(conv(x + high), x, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(17,), (11, 9), (7, 6, 5)], ids=str)
+def test_spectral_conv_is_resolution_agnostic(shape):
+    """Random weights, band-limited input: output at 3x resolution, subsampled, matches."""
+    torch.manual_seed(0)
+    modes = tuple(min(4, c) for c in mode_caps(shape))
+    conv = SpectralConv(2, 3, modes).double()
+    fine = tuple(3 * n for n in shape)
+    y_coarse = conv(_band_limited(shape, 2))
+    y_fine = conv(_band_limited(fine, 2))
+    sub = y_fine[(..., *(slice(None, None, 3) for _ in shape))]
+    assert y_coarse.abs().max() > 0.1
+    assert torch.allclose(sub, y_coarse, atol=1e-10)
+
+
+def test_fno_modes_are_capped_and_other_resolutions_run():
+    net = build_backbone(
+        BackboneConfig(kind="fno", width=4, modes=12, layers=1, embed_dim=8),
+        in_channels=1,
+        out_channels=1,
+        spatial_shape=(8, 7),
+    )
+    assert net.spectral[0].weight.shape == (2, 4, 4, 4, 4, 2)
+    with torch.no_grad():
+        for shape in [(8, 7), (32, 40), (5, 3)]:
+            assert net(torch.randn(2, 1, *shape), torch.rand(2, 1)).shape == (2, 1, *shape)
+
+
+def test_spectral_conv_on_coarser_grid_uses_the_lowest_stored_modes():
+    """Modes that no longer fit are dropped; the kept ones use the matching weights."""
+    torch.manual_seed(0)
+    big = SpectralConv(2, 2, (4, 4)).double()
+    small = SpectralConv(2, 2, (3, 3)).double()
+    with torch.no_grad():
+        small.weight[0] = big.weight[0, :, :, :3, :3]  # frequencies 0, 1, 2 on axis 0
+        small.weight[1] = big.weight[1, :, :, 1:, :3]  # frequencies -3, -2, -1 on axis 0
+    x = torch.randn(3, 2, 6, 5, dtype=torch.float64)  # caps (3, 3)
+    assert torch.allclose(big(x), small(x), atol=1e-12)
