@@ -79,16 +79,16 @@ class Registry(Generic[T]):
         if name in self._objects:
             return self._objects[name]
         if name in self._lazy:
-            module, _, attr = self._lazy[name].partition(":")
+            # popped first: importing the module may register the name by decorator
+            target = self._lazy.pop(name)
+            module, _, attr = target.partition(":")
             try:
                 obj = getattr(importlib.import_module(module), attr)
             except (ImportError, AttributeError) as exc:
+                self._lazy[name] = target
                 raise PcgError(
-                    f"{self.kind} {name!r} points to {self._lazy[name]!r}, which cannot be "
-                    f"loaded: {exc}"
+                    f"{self.kind} {name!r} points to {target!r}, which cannot be loaded: {exc}"
                 ) from exc
-            # importing the module may already have registered it by decorator
-            self._lazy.pop(name, None)
             if name not in self._objects:
                 self.add(name, obj)
             return self._objects[name]

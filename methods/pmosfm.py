@@ -1,0 +1,291 @@
+"""PMosFM: preconditioned manifold one-step flow matching (paper Sec. 3.3, Algs. 1-3).
+
+Training (Alg. 2): encode the training fields on the task's chart, y1 = eta_c(x1);
+fix the geometric preconditioner r = C_c (y - mu_c) (Eq. preconditioned-coordinate) and
+the input whitening P_{s,c} (Eq. input-preconditioner); then minimise
+
+    gamma * L_FM + (1 - gamma) * L_PE                          (Eq. pmosfm-loss)
+
+with the two-time map T^{s,t}(r) = r + (t - s) u_theta(P_s (r - m_s), s, t, c)
+(Eq. two-time-map), the diagonal flow-matching anchor
+L_FM = ||u(P_s(r_s - m_s), s, s) - w||^2 / (2m) (Eq. diagonal-fm-loss) and the physical
+endpoint loss L_PE = ||Psi(a) - sg Psi(b)||^2_{M_h} / (2 m delta (t - s))
+(Eq. physical-endpoint-loss), a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s + delta w).
+Sampling (Alg. 3): r1 = T^{0,1}(r0), x1 = Psi(r1) = chi(mu + C^-1 r1): one network call.
+
+Choices where the paper is silent (all config fields, see ``PMosFMConfig``):
+- physical metric M_h: per-channel 1/std^2 of the training data (normalized units)
+  times m / (field size), so ||.||^2_{M_h} / m is the grid mean of the squared
+  normalized error and r-coordinates have unit scale when G~ = I;
+- (s, t, delta): s < t uniform on the triangle (sorted pair of uniforms), with a share
+  ``endpoint_share`` of draws set to (0, 1), the map used at sampling; delta uniform in
+  ``delta_range`` x (t - s); a share ``diagonal_share`` of draws has t = s and then
+  contributes only to L_FM;
+- source p0 = N(0, I) in r-coordinates, the same for every condition;
+- conditional statistics: one scalar condition -> quantile-binned whitening; otherwise
+  pooled (documented in docs/protocols.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from pcgbench.backbones import BackboneConfig, build_backbone
+from pcgbench.charts.base import Chart, gauss_newton_encode
+from pcgbench.errors import PcgError
+from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.methods.fm_ot import PRESET_BUDGET, preset_backbone
+from pcgbench.preconditioning import (
+    Geometry,
+    IdentityGeometry,
+    InputWhitening,
+    fit_geometry,
+)
+from pcgbench.registry import METHODS
+from pcgbench.task import FieldData, Task
+from pcgbench.timing import PhaseTimer
+from pcgbench.training import batch_indices, train_loop
+
+
+@dataclass(frozen=True)
+class PMosFMConfig(MethodConfig):
+    backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
+    iterations: int = 1500
+    batch_size: int = 32
+    lr: float = 1e-3
+    gamma: float = 0.5  # weight of L_FM; 1 - gamma on L_PE
+    chart: str | None = None  # None: the task's default chart
+    geometry: str = "auto"  # "auto": chart's exact C_c or probed diagonal; "none": C = I
+    whitening: str = "full"  # "full" P_s | "diagonal" standardization | "none"
+    eps_p: float = 1e-3  # covariance regularizer eps_P
+    whitening_rank: int | None = None  # cap -> low-rank-plus-isotropic P_s
+    endpoint_share: float = 0.25  # share of (s, t) draws set to (0, 1)
+    diagonal_share: float = 0.0  # share of draws with t = s (L_FM only)
+    delta_range: tuple[float, float] = (0.05, 0.95)  # delta / (t - s)
+    encoder_refine_iters: int = 0  # Gauss-Newton refinements of eta_c toward Eq. declared-encoder
+    encode_batch: int = 64
+
+    @classmethod
+    def for_preset(cls, preset: str) -> PMosFMConfig:
+        iters, batch = PRESET_BUDGET[preset]
+        return cls(backbone=preset_backbone(preset), iterations=iters, batch_size=batch)
+
+
+def _bshape(v: torch.Tensor, ndim: int) -> torch.Tensor:
+    return v.view(-1, *([1] * (ndim - 1)))
+
+
+@METHODS.register("pmosfm")
+class PMosFM(Method):
+    """One-step flow matching on a feasible chart with geometric and input preconditioning."""
+
+    Config = PMosFMConfig
+    requires = frozenset({"chart"})
+    description = "PMosFM: one-step preconditioned manifold flow matching (reference method)"
+
+    def __init__(self, task: Task, config: PMosFMConfig, device: torch.device | str = "cpu"):
+        super().__init__(task, config, device)
+        if not 0.0 <= config.gamma <= 1.0:
+            raise PcgError(f"pmosfm: gamma must lie in [0, 1], got {config.gamma}")
+        self.config: PMosFMConfig = config
+        self.chart: Chart = task.chart(config.chart).to(self.device)
+        self.chart_name = config.chart or next(iter(task.charts()))
+        coord_shape = self.chart.coord_shape
+        spec = task.spec
+        if len(coord_shape) >= 2:
+            bb, channels, spatial = config.backbone, coord_shape[0], coord_shape[1:]
+        else:  # flat coordinates: an MLP over the coordinate vector
+            bb = BackboneConfig(kind="mlp", width=max(4 * config.backbone.width, 64),
+                                layers=3, embed_dim=config.backbone.embed_dim)
+            channels, spatial = coord_shape[0], ()
+        self.net = build_backbone(bb, in_channels=channels, out_channels=channels,
+                                  spatial_shape=tuple(spatial), n_times=2,
+                                  cond_dim=spec.cond_dim).to(self.device)
+        self.u = self.counted(self.net)
+        self.geometry: Geometry = IdentityGeometry()
+        self.whitening = InputWhitening(config.whitening)
+        w = torch.ones(spec.channels)
+        self.register_metric(w)
+        self.info: dict = {"chart": self.chart_name, "decoder_tolerance": self.chart.tolerance}
+
+    # -- physical metric ------------------------------------------------------------
+    def register_metric(self, inv_var: torch.Tensor) -> None:
+        spec = self.task.spec
+        scale = self.chart.coord_dim / math.prod(spec.field_shape)
+        w = (inv_var * scale).view(-1, *([1] * spec.spatial_dims)).to(self.device)
+        self.chart.metric_w = w.to(self.device)
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.net]
+
+    def state_dict(self) -> dict:
+        return {"net": self.net.state_dict(), "geometry": self.geometry.state_dict(),
+                "geometry_kind": type(self.geometry).__name__,
+                "whitening": self.whitening.state_dict(),
+                "metric_w": self.chart.metric_w, "info": self.info}
+
+    def load_state_dict(self, state: dict) -> None:
+        from pcgbench import preconditioning
+
+        self.net.load_state_dict(state["net"])
+        geom_cls = getattr(preconditioning, state["geometry_kind"])
+        self.geometry = _empty_geometry(geom_cls)
+        self.geometry.load_state_dict(state["geometry"])
+        self.geometry.to(self.device)
+        self.whitening.load_state_dict(state["whitening"])
+        self.whitening.to(self.device)
+        self.chart.metric_w = state["metric_w"].to(self.device)
+        self.info = dict(state["info"])
+
+    def record_extras(self) -> dict:
+        return dict(self.info)
+
+    # -- chart plumbing ----------------------------------------------------------------
+    def decode_r(self, r: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        """Psi_c(r) = chi_c(mu_c + C_c^-1 r) (Eq. preconditioned-coordinate)."""
+        return self.chart.decode(self.geometry.to_y(r), cond)
+
+    @torch.no_grad()
+    def _encode_all(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        out = []
+        step = self.config.encode_batch
+        for i in range(0, len(x), step):
+            xb = x[i:i + step].to(self.device)
+            cb = None if cond is None else cond[i:i + step].to(self.device)
+            y = self.chart.encode(xb, cb)
+            if self.config.encoder_refine_iters > 0:
+                with torch.enable_grad():
+                    y = gauss_newton_encode(self.chart, xb, y, cb,
+                                            iters=self.config.encoder_refine_iters)
+            out.append(y)
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def _encode_decode_error(self, x: torch.Tensor, y: torch.Tensor,
+                             cond: torch.Tensor | None) -> float:
+        num = den = 0.0
+        step = self.config.encode_batch
+        for i in range(0, len(x), step):
+            cb = None if cond is None else cond[i:i + step].to(self.device)
+            xd = self.chart.decode(y[i:i + step], cb).cpu()
+            xb = x[i:i + step]
+            num += float((xd - xb).pow(2).flatten(1).sum(1).sqrt().sum())
+            den += float(xb.pow(2).flatten(1).sum(1).sqrt().sum())
+        return num / max(den, 1e-300)
+
+    def _whiten_cond(self, cond: torch.Tensor | None) -> torch.Tensor | None:
+        if cond is not None and cond.shape[1] == 1:
+            return cond
+        return None
+
+    # -- training ---------------------------------------------------------------------------
+    def _draw_times(self, b: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        cfg = self.config
+        u = torch.rand(b, 2, generator=gen)
+        s, t = u.min(1).values, u.max(1).values
+        ends = torch.rand(b, generator=gen) < cfg.endpoint_share
+        s, t = torch.where(ends, 0.0, s), torch.where(ends, 1.0, t)
+        diag = torch.rand(b, generator=gen) < cfg.diagonal_share
+        t = torch.where(diag, s, t)
+        lo, hi = cfg.delta_range
+        frac = lo + (hi - lo) * torch.rand(b, generator=gen)
+        delta = frac * (t - s)
+        return s.to(self.device), t.to(self.device), delta.to(self.device)
+
+    def fit(self, train: FieldData, progress: bool = True) -> FitStats:
+        cfg = self.config
+        x = train.x
+        cond_all = train.cond
+        norm = self.task.normalizer
+        self.register_metric(1.0 / norm.std.double().pow(2).float())
+        t0 = time.perf_counter()
+        y1 = self._encode_all(x, cond_all)
+        self.info["encode_decode_rel_l2_train"] = self._encode_decode_error(x, y1, cond_all)
+        if cfg.geometry == "auto":
+            c0 = None if cond_all is None else cond_all[:1].to(self.device)
+            self.geometry = fit_geometry(self.chart, y1, c0).to(self.device)
+        elif cfg.geometry != "none":
+            raise PcgError(f"pmosfm: geometry must be 'auto' or 'none', got {cfg.geometry!r}")
+        with torch.no_grad():
+            r1_all = self.geometry.to_r(y1)
+        wc = self._whiten_cond(cond_all)
+        self.whitening.fit(r1_all, eps=cfg.eps_p, rank=cfg.whitening_rank,
+                           cond=None if wc is None else wc.to(self.device))
+        self.info["calibration_seconds"] = time.perf_counter() - t0
+        self.info["geometry"] = type(self.geometry).__name__
+        cond_dev = None if cond_all is None else cond_all.to(self.device)
+        m = self.chart.coord_dim
+        gen = torch.Generator().manual_seed(0)
+        nd = r1_all.ndim
+
+        def loss(step: int) -> torch.Tensor:
+            idx = batch_indices(len(r1_all), cfg.batch_size, gen).to(self.device)
+            r1 = r1_all[idx]
+            c = None if cond_dev is None else cond_dev[idx]
+            wcb = self._whiten_cond(c)
+            b = len(r1)
+            r0 = torch.randn(r1.shape, generator=gen).to(self.device)
+            s, t, delta = self._draw_times(b, gen)
+            w = r1 - r0
+            rs = (1 - _bshape(s, nd)) * r0 + _bshape(s, nd) * r1
+            z = self.whitening.apply(rs, s, cond=wcb)
+            # one batched forward for the diagonal (s, s) and the endpoint (s, t) branch
+            times = torch.cat([torch.stack([s, s], 1), torch.stack([s, t], 1)])
+            cc = None if c is None else torch.cat([c, c])
+            out = self.net(torch.cat([z, z]), times, cc)
+            u_diag, u_st = out[:b], out[b:]
+            l_fm = (u_diag - w).pow(2).flatten(1).sum(1).mean() / (2 * m)
+            if cfg.gamma >= 1.0:
+                return l_fm
+            keep = t > s
+            if not bool(keep.any()):
+                return cfg.gamma * l_fm
+            a = rs + _bshape(t - s, nd) * u_st
+            with torch.no_grad():
+                s2 = s + delta
+                r2 = rs + _bshape(delta, nd) * w
+                z2 = self.whitening.apply(r2, s2, cond=wcb)
+                bb = r2 + _bshape(t - s2, nd) * self.net(z2, torch.stack([s2, t], 1), c)
+                xb = self.decode_r(bb[keep], None if c is None else c[keep])
+            xa = self.decode_r(a[keep], None if c is None else c[keep])
+            wts = self.chart.metric_w
+            sq = ((xa - xb).pow(2) * wts).flatten(1).sum(1)
+            l_pe = (sq / (2 * m * delta[keep] * (t - s)[keep])).mean()
+            return cfg.gamma * l_fm + (1 - cfg.gamma) * l_pe
+
+        self.net.train()
+        stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
+                           device=self.device, progress=progress, desc=f"fit {self.name}")
+        self.net.eval()
+        stats.extra["calibration_seconds"] = self.info["calibration_seconds"]
+        return stats
+
+    # -- sampling -------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, cond: torch.Tensor | None, n: int, generator: torch.Generator
+               ) -> torch.Tensor:
+        timer = PhaseTimer(self.device)
+        shape = (n, *self.chart.coord_shape)
+        r0 = torch.randn(shape, generator=generator).to(self.device)
+        s = torch.zeros(n, device=self.device)
+        with timer.phase("precondition"):
+            z = self.whitening.apply(r0, s, cond=self._whiten_cond(cond))
+        with timer.phase("network"):
+            r1 = r0 + self.u(z, torch.stack([s, torch.ones_like(s)], 1), cond)
+        with timer.phase("decode"):
+            x = self.decode_r(r1, cond)
+        self.sample_breakdown = dict(timer.seconds)
+        return x
+
+
+def _empty_geometry(cls: type) -> Geometry:
+    """An instance of a Geometry subclass ready for ``load_state_dict``."""
+    obj = cls.__new__(cls)
+    torch.nn.Module.__init__(obj)
+    for name in ("mu", "scale", "symbol"):
+        obj.register_buffer(name, None)
+    return obj
