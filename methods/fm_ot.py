@@ -23,18 +23,18 @@ def preset_backbone(preset: str) -> BackboneConfig:
     """The shared backbone size per preset (used by every flow method for fairness)."""
     return {
         "smoke": BackboneConfig(kind="fno", width=8, modes=4, layers=2, embed_dim=16),
-        "cpu": BackboneConfig(kind="fno", width=32, modes=12, layers=4, embed_dim=64),
+        "cpu": BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32),
         "paper": BackboneConfig(kind="fno", width=64, modes=32, layers=4, embed_dim=128),
     }[preset]
 
 
-PRESET_BUDGET = {"smoke": (30, 16), "cpu": (1500, 32), "paper": (20000, 64)}
+PRESET_BUDGET = {"smoke": (30, 16), "cpu": (800, 32), "paper": (20000, 64)}
 
 
 @dataclass(frozen=True)
 class FMOTConfig(MethodConfig):
     backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
-    iterations: int = 1500
+    iterations: int = 800
     batch_size: int = 32
     lr: float = 1e-3
     steps: int = 20
