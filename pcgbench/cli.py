@@ -85,9 +85,14 @@ def _one_line(obj_doc: str | None) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
+    def task_line(name: str) -> str:
+        cls = TASKS.get(name)
+        desc = cls.description or _one_line(cls.__doc__)
+        charts = list(cls(preset="smoke", progress=False).charts())
+        return desc + (f" [charts: {', '.join(charts)}]" if charts else "")
+
     sections = {
-        "tasks": [(n, TASKS.get(n).description or _one_line(TASKS.get(n).__doc__))
-                  for n in TASKS.names()],
+        "tasks": [(n, task_line(n)) for n in TASKS.names()],
         "methods": [(n, METHODS.get(n).description or _one_line(METHODS.get(n).__doc__))
                     for n in METHODS.names()],
         "metrics": [(n, METRICS.get(n).description or _one_line(METRICS.get(n).__doc__))

@@ -253,7 +253,10 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     }
 
     chunks = [first.detach().cpu()]
-    for i in range(batch, n, batch):
+    from tqdm.auto import tqdm
+
+    for i in tqdm(range(batch, n, batch), desc=f"sample {method.name}", leave=False,
+                  disable=not opts.progress):
         j = min(n, i + batch)
         chunks.append(method.sample(cond_slice(i, j), j - i, gen).detach().cpu())
     synchronize(device)
@@ -295,5 +298,6 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
         "fit_wall_seconds": t_fit,
         "checkpoint": str(ckpt),
     }
-    atomic_write_json(path, _json_safe(record))
+    record = _json_safe(record)
+    atomic_write_json(path, record)
     return record, path, False

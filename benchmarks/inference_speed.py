@@ -1,0 +1,86 @@
+"""PMosFM vs FM-OT (and any other methods) inference time per sample, side by side.
+
+Loads each method's cached checkpoint for (task, preset, seed) -- fitting it first if
+there is none -- then, in one process and at one batch size, times ``sample`` with
+synchronization after a warm-up, median of repeats, interleaving the methods so that
+background load hits all of them alike.  Prints seconds per sample, NFE (counted), the
+phase breakdown and the ratio of every method to the first one.
+
+    python benchmarks/inference_speed.py --task burgers --preset cpu --batch-size 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from tabulate import tabulate
+
+from pcgbench import environment
+from pcgbench.runner import RunOptions, _fit_or_load, _paths, build_method, build_task, run_key
+from pcgbench.storage import results_dir
+from pcgbench.timing import synchronize
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="burgers")
+    ap.add_argument("--methods", nargs="+", default=["fm_ot", "pmosfm"])
+    ap.add_argument("--preset", default="cpu")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--results", default=None)
+    args = ap.parse_args()
+
+    device = environment.resolve_device(args.device)
+    loaded = {}
+    for name in args.methods:
+        opts = RunOptions(task=args.task, method=name, seed=args.seed, preset=args.preset,
+                          device=str(device), results_dir=args.results, progress=True)
+        task = build_task(opts)
+        method = build_method(task, opts, device)
+        _, ckpt = _paths(results_dir(args.results), run_key(task, method, opts))
+        _, reused = _fit_or_load(method, task, ckpt, opts, device)
+        print(f"{name}: checkpoint {'reused' if reused else 'fitted'} ({ckpt})")
+        loaded[name] = method
+
+    b = args.batch_size
+    times: dict[str, list[float]] = {n: [] for n in loaded}
+    phases: dict[str, list[dict[str, float]]] = {n: [] for n in loaded}
+    nfe = {}
+    for name, m in loaded.items():  # warm-up and NFE count
+        m.nfe.reset()
+        m.sample(None, b, torch.Generator().manual_seed(0))
+        nfe[name] = m.nfe.count
+    for r in range(args.repeats):
+        for name, m in loaded.items():
+            gen = torch.Generator().manual_seed(100 + r)
+            synchronize(device)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                m.sample(None, b, gen)
+            synchronize(device)
+            times[name].append(time.perf_counter() - t0)
+            phases[name].append(dict(m.sample_breakdown))
+
+    ref = args.methods[0]
+    ref_t = statistics.median(times[ref]) / b
+    rows = []
+    for name in loaded:
+        per = statistics.median(times[name]) / b
+        br = {k: statistics.median(p.get(k, 0.0) for p in phases[name]) / b
+              for k in (phases[name][0] if phases[name] else {})}
+        br_s = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in br.items()) or "–"
+        rows.append([name, nfe[name], f"{per * 1e3:.3f}", f"{ref_t / per:.2f}x", br_s])
+    print(f"\ninference at batch {b}, {args.task} preset {args.preset}, "
+          f"{environment.device_description(device)}, median of {args.repeats}")
+    print(tabulate(rows, headers=["method", "NFE", "ms / sample", f"speed-up vs {ref}",
+                                  "breakdown per sample"], tablefmt="pipe"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Runner robustness: non-finite samples never crash evaluation; wrong shapes are a
+one-line error; records are complete JSON written atomically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from pcgbench.errors import PcgError
+from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.registry import METHODS
+from pcgbench.runner import RunOptions, run
+
+
+@dataclass(frozen=True)
+class _Cfg(MethodConfig):
+    nan_fraction: float = 0.5
+    wrong_shape: bool = False
+
+
+class _Broken(Method):
+    """Returns zeros with some NaN samples (or a wrong shape)."""
+
+    Config = _Cfg
+
+    def fit(self, train, progress=True):
+        return FitStats(update_seconds=[0.0, 0.0], losses=[0.0, 0.0])
+
+    def sample(self, cond, n, generator):
+        self.nfe.count += 1
+        shape = (n, *self.task.spec.field_shape)
+        if self.config.wrong_shape:
+            shape = (n, 2, 3)
+        x = torch.zeros(shape)
+        x[: int(n * self.config.nan_fraction)] = float("nan")
+        return x
+
+
+@pytest.fixture(autouse=True)
+def _register():
+    if "_broken_test_method" not in METHODS:
+        METHODS.add("_broken_test_method", _Broken)
+
+
+def _opts(tmp_path, **overrides):
+    return RunOptions(task="burgers", method="_broken_test_method", preset="smoke",
+                      results_dir=str(tmp_path / "r"), data_dir=str(tmp_path / "d"),
+                      progress=False, overrides=overrides)
+
+
+def test_nonfinite_samples_recorded_not_crashing(tmp_path):
+    record, path, skipped = run(_opts(tmp_path))
+    assert not skipped and path.exists()
+    assert record["metrics"]["nonfinite_fraction"] == pytest.approx(0.5)
+    # metrics are computed on the finite half (zeros): finite numbers
+    assert record["metrics"]["mmse"] is not None
+
+
+def test_all_nan_gives_nan_metrics(tmp_path):
+    record, _, _ = run(_opts(tmp_path, nan_fraction=1.0))
+    assert record["metrics"]["nonfinite_fraction"] == 1.0
+    assert record["metrics"]["wd"] is None  # NaN is stored as JSON null
+
+
+def test_shape_mismatch_is_one_line_error(tmp_path):
+    with pytest.raises(PcgError, match=r"returned samples of shape \(16, 2, 3\); task "
+                                       r"'burgers' expects \(16, 1, 11, 32\)"):
+        run(_opts(tmp_path, wrong_shape=True))
+
+
+def test_no_temp_files_left(tmp_path):
+    run(_opts(tmp_path))
+    leftovers = [p for p in (tmp_path / "r").rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
