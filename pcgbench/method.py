@@ -33,6 +33,17 @@ class MethodConfig:
         return dataclasses.replace(self, **changes)
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """Where a method runs: set by the runner before ``fit`` (defaults outside a run)."""
+
+    seed: int = 0
+    preset: str = "cpu"
+    results_dir: str | None = None
+    data_dir: str | None = None
+    progress: bool = True
+
+
 @dataclass
 class FitStats:
     """What ``fit`` reports: wall seconds of every optimizer update and the losses."""
@@ -63,6 +74,8 @@ class Method(ABC):
         self.nfe = NFECounter()
         #: seconds per named phase of the last ``sample`` call (network, precondition, decode)
         self.sample_breakdown: dict[str, float] = {}
+        #: run facts (seed, preset, results dir), set by the runner before ``fit``
+        self.context = RunContext()
 
     # -- capability check -------------------------------------------------------------
     @classmethod
@@ -91,6 +104,14 @@ class Method(ABC):
     def record_extras(self) -> dict[str, Any]:
         """Method-specific facts for the run record (e.g. encode-decode error)."""
         return {}
+
+    def pretrained(self, method_name: str = "fm_ot") -> Method:
+        """The shared pretrained backbone method for this (task, preset, seed), trained
+        once with its preset defaults and cached as that method's own checkpoint (so a
+        plain ``pcgbench run --method fm_ot`` and every sampling-time method share it)."""
+        from pcgbench.runner import load_or_fit
+
+        return load_or_fit(self.task, method_name, self.context, self.device)
 
     def modules(self) -> Iterable[nn.Module]:
         """The learned modules (for parameter counts and checkpoints)."""

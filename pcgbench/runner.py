@@ -27,7 +27,7 @@ import torch
 from pcgbench import environment
 from pcgbench.config import apply_overrides, to_dict
 from pcgbench.errors import PcgError, UnsupportedError
-from pcgbench.method import FitStats, Method
+from pcgbench.method import FitStats, Method, RunContext
 from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
 from pcgbench.presets import check_preset
@@ -150,6 +150,22 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
     return stats, False
 
 
+def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.device) -> Method:
+    """Build ``method_name`` with its preset defaults for (task, preset, seed) and load its
+    cached checkpoint, fitting and caching it first when there is none."""
+    opts = RunOptions(task=task.name, method=method_name, seed=ctx.seed, preset=ctx.preset,
+                      results_dir=ctx.results_dir, data_dir=ctx.data_dir,
+                      progress=ctx.progress, data_file=None if task.data_file is None
+                      else str(task.data_file))
+    method = build_method(task, opts, device)
+    method.context = ctx
+    _, ckpt = _paths(ensure_writable(default_results_dir(ctx.results_dir)),
+                     run_key(task, method, opts))
+    torch.manual_seed(ctx.seed)
+    _fit_or_load(method, task, ckpt, opts, device)
+    return method
+
+
 def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str) -> None:
     expected = (n, *task.spec.field_shape)
     if tuple(samples.shape) != expected:
@@ -210,6 +226,9 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     seed_everything(opts.seed)
     task = build_task(opts)
     method = build_method(task, opts, device)
+    method.context = RunContext(seed=opts.seed, preset=opts.preset,
+                                results_dir=opts.results_dir, data_dir=opts.data_dir,
+                                progress=opts.progress)
     root = ensure_writable(default_results_dir(opts.results_dir))
     key = run_key(task, method, opts)
     path, ckpt = _paths(root, key)
