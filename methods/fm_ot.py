@@ -91,7 +91,7 @@ class FMOT(Method):
         cfg = self.config
         z = self.task.normalizer.encode(train.x).to(self.device)
         cond = None if train.cond is None else train.cond.to(self.device)
-        gen = torch.Generator().manual_seed(0)
+        gen = torch.Generator().manual_seed(self.context.seed)
 
         def loss(step: int) -> torch.Tensor:
             idx = batch_indices(len(z), cfg.batch_size, gen).to(self.device)

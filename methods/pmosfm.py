@@ -223,7 +223,7 @@ class PMosFM(Method):
         self.info["geometry"] = type(self.geometry).__name__
         cond_dev = None if cond_all is None else cond_all.to(self.device)
         m = self.chart.coord_dim
-        gen = torch.Generator().manual_seed(0)
+        gen = torch.Generator().manual_seed(self.context.seed)
         nd = r1_all.ndim
 
         def loss(step: int) -> torch.Tensor:

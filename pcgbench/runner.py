@@ -157,11 +157,11 @@ def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.dev
                       results_dir=ctx.results_dir, data_dir=ctx.data_dir,
                       progress=ctx.progress, data_file=None if task.data_file is None
                       else str(task.data_file))
+    seed_everything(ctx.seed)  # as in run(): network init depends on the seed
     method = build_method(task, opts, device)
     method.context = ctx
     _, ckpt = _paths(ensure_writable(default_results_dir(ctx.results_dir)),
                      run_key(task, method, opts))
-    torch.manual_seed(ctx.seed)
     _fit_or_load(method, task, ckpt, opts, device)
     return method
 
