@@ -59,9 +59,11 @@ def _higher_is_better(row: str) -> bool:
     return False
 
 
-def summary_frame(by_method: dict[str, list[dict]]) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(means, stds, seed counts) with metric rows and method columns."""
-    metric_rows: list[str] = []
+def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...] = ()
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(means, stds, seed counts) with metric rows (``metric_order`` first, then any
+    others in record order) and method columns."""
+    metric_rows: list[str] = list(metric_order)
     for recs in by_method.values():
         for r in recs:
             for k in (r.get("metrics") or {}):

@@ -157,7 +157,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
                        + (f" for task {args.task!r}" if args.task else "")
                        + "; run `pcgbench run --task T --method M` first")
     for task, preset in keys:
-        mean, std, seeds = summary_frame(groups[(task, preset)])
+        order = TASKS.get(task).metrics if task in TASKS else ()
+        mean, std, seeds = summary_frame(groups[(task, preset)], tuple(order))
         reported = None
         if not args.no_reported and task in TASKS:
             bench = TASKS.get(task).paper_benchmark
