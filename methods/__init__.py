@@ -1,6 +1,12 @@
 """Built-in methods; importing this package registers them in ``METHODS``."""
 
-from pcgbench.methods import (
-    fm_ot,  # noqa: F401
-    pmosfm,  # noqa: F401
+from pcgbench.methods import (  # noqa: F401
+    ccfm,
+    cocogen,
+    dflow,
+    diffusionpde,
+    eci,
+    fm_ot,
+    pcfm,
+    pmosfm,
 )

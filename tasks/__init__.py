@@ -1,3 +1,6 @@
 """Built-in tasks; importing a module registers it in ``pcgbench.registry.TASKS``."""
 
-from pcgbench.tasks import burgers  # noqa: F401
+from pcgbench.tasks import (  # noqa: F401
+    burgers,
+    darcy,
+)

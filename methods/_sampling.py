@@ -1,0 +1,254 @@
+"""Shared pieces of the sampling-time methods (PCFM, ECI, DiffusionPDE, D-Flow, CoCoGen).
+
+All of them reuse the shared pretrained FM-OT backbone (``Method.pretrained("fm_ot")``,
+trained once per task/preset/seed and cached by the harness) and only change how it is
+integrated.  Conventions (as in :mod:`pcgbench.methods.fm_ot`):
+
+* state ``z`` in NORMALIZED units, path ``z_t = (1 - t) z0 + t z1``, ``z0 ~ N(0, I)``,
+  velocity ``v(z, t[B, 1], cond)``; Euler grid ``t_k = k / n``;
+* constraints ``h(x, cond) -> [N, k]`` and the evaluator residual act on PHYSICAL fields
+  ``x = normalizer.decode(z)``; gradients and Jacobians flow back through the affine
+  normalizer, so every projection below is orthogonal in normalized units (for a
+  one-channel task that is the physical Euclidean metric up to a constant factor);
+* every network call goes through the backbone's counted wrapper, rewired to count into
+  the sampling method's own ``self.nfe`` (what the runner reads).
+
+Batched Jacobians use ``torch.func.vmap(jacrev(.))`` over the batch (no per-sample Python
+loop).  For affine constraints ``h(x, c) = A x - b(c)`` the Jacobian is constant: it is
+computed once per ``sample`` call, at the first sample, and shared by the batch
+(``shared_jacobian``; valid when ``A`` does not depend on the condition).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from pcgbench.errors import PcgError
+from pcgbench.method import FitStats, Method
+from pcgbench.task import Constraint, FieldData, Task
+
+Cond = Tensor | None
+ConstraintFn = Callable[[Tensor, Cond], Tensor]
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+# -- constraints ---------------------------------------------------------------------------
+def select_constraints(task: Task, names: Sequence[str] = ()) -> dict[str, Constraint]:
+    """The task's constraints named in ``names`` (all of them when empty)."""
+    available = dict(task.constraints())
+    if not names:
+        return available
+    missing = [n for n in names if n not in available]
+    if missing:
+        raise PcgError(
+            f"task {task.name!r} has no constraint {', '.join(map(repr, missing))}; "
+            f"available: {', '.join(available) or 'none'}"
+        )
+    return {n: available[n] for n in names}
+
+
+def stack_constraints(constraints: Mapping[str, Constraint]) -> ConstraintFn:
+    """One residual ``h(x, c) -> [N, sum k_i]``: the named constraints concatenated."""
+    items = list(constraints.values())
+
+    def h(x: Tensor, cond: Cond = None) -> Tensor:
+        return torch.cat([c(x, cond).reshape(x.shape[0], -1) for c in items], dim=1)
+
+    return h
+
+
+def all_linear(constraints: Mapping[str, Constraint]) -> bool:
+    return bool(constraints) and all(c.linear for c in constraints.values())
+
+
+def normalized(h: ConstraintFn, task: Task) -> ConstraintFn:
+    """``h`` as a function of normalized fields: ``z -> h(decode(z), c)``."""
+    dec = task.normalizer.decode
+
+    def hz(z: Tensor, cond: Cond = None) -> Tensor:
+        return h(dec(z), cond).to(z.dtype)  # some constraints compute in float64
+
+    return hz
+
+
+# -- Jacobians and projections -----------------------------------------------------------------
+def batched_jacobian(g: ConstraintFn, z: Tensor, cond: Cond = None) -> Tensor:
+    """``J[b] = d g(z[b], c[b]) / d z[b]`` as ``[B, k, n]`` (n = z[0].numel()) by
+    ``vmap(jacrev(.))``; ``g`` maps a batch ``[B, *shape] -> [B, k]``."""
+    shape = z.shape[1:]
+
+    def one(zf: Tensor, c1: Cond) -> Tensor:
+        c1 = None if c1 is None else c1[None]
+        return g(zf.reshape(1, *shape), c1)[0]
+
+    jac = torch.func.jacrev(one, argnums=0)
+    zf = z.detach().reshape(z.shape[0], -1)
+    return torch.func.vmap(jac, in_dims=(0, None if cond is None else 0))(zf, cond)
+
+
+def shared_jacobian(g: ConstraintFn, z: Tensor, cond: Cond = None) -> Tensor:
+    """The Jacobian at the first sample, ``[1, k, n]`` (broadcasts over the batch): the
+    constant linear part of an affine constraint."""
+    c0 = None if cond is None else cond[:1]
+    return batched_jacobian(g, z[:1], c0)
+
+
+def spd_solve(s: Tensor, rhs: Tensor, damped: bool = False) -> Tensor:
+    """Solve ``s x = rhs`` for the Gram matrix ``s = J J^T`` (batched).  Undamped, the
+    Moore-Penrose pseudo-inverse (eigen-decomposition, torch's default cut-off
+    k * eps * max eigenvalue) keeps rank-deficient but consistent constraints exact
+    (e.g. a pointwise divergence, whose grid sum vanishes identically), so
+    ``x - J^T s^+ h`` is still the orthogonal projection; damped (positive definite),
+    a plain solve."""
+    if damped:
+        return torch.linalg.solve(s, rhs)
+    return torch.linalg.pinv(s, hermitian=True) @ rhs
+
+
+def gauss_newton_project(
+    g: ConstraintFn,
+    z: Tensor,
+    cond: Cond = None,
+    steps: int = 1,
+    damping: float = 0.0,
+    jac: Tensor | None = None,
+    anchor: bool = False,
+) -> Tensor:
+    """Gauss-Newton projection of ``z`` onto ``{g = 0}`` (batched, no gradient).
+
+    Root mode (``anchor=False``, PCFM's per-step projection, paper App.
+    baseline-mechanisms): ``u <- u - J^T (J J^T + damping I)^-1 g(u)`` repeated ``steps``
+    times from u = z.  Anchored mode (``anchor=True``, PCFM's final projection): the
+    Newton iteration of ``min ||u - z||^2 s.t. g(u) = 0``,
+    ``u <- u + d - J^T (J J^T + damping I)^-1 (J d + g(u))`` with ``d = z - u``.
+    For affine ``g`` and ``damping = 0`` one step of either mode is the exact orthogonal
+    projection ``z - J^T (J J^T)^-1 g(z)``.  ``jac`` ([B or 1, k, n]) fixes the Jacobian
+    (affine constraints); otherwise it is recomputed at every step.  Safeguard: a
+    sample whose step is not finite keeps its previous iterate.
+    """
+    b = z.shape[0]
+    shape = z.shape[1:]
+    with torch.no_grad():
+        zf = z.detach().reshape(b, -1)
+        u = zf.clone()
+        for _ in range(int(steps)):
+            r = g(u.reshape(b, *shape), cond).reshape(b, -1)
+            J = jac if jac is not None else batched_jacobian(g, u.reshape(b, *shape), cond)
+            s = J @ J.transpose(1, 2)
+            if damping:
+                s = s + damping * torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+            if anchor:
+                d = zf - u
+                rhs = (J @ d.unsqueeze(-1)).squeeze(-1) + r
+                lam = spd_solve(s, rhs.unsqueeze(-1), damped=damping > 0).squeeze(-1)
+                new = u + d - (J.transpose(1, 2) @ lam.unsqueeze(-1)).squeeze(-1)
+            else:
+                lam = spd_solve(s, r.unsqueeze(-1), damped=damping > 0).squeeze(-1)
+                new = u - (J.transpose(1, 2) @ lam.unsqueeze(-1)).squeeze(-1)
+            ok = torch.isfinite(new).all(dim=1, keepdim=True)
+            u = torch.where(ok, new, u)
+    return u.reshape(b, *shape)
+
+
+def orthogonal_projector(jac: Tensor) -> Tensor:
+    """``P = J^T (J J^T)^+`` ([.., n, k]) (``J^T (J J^T)^-1`` for full row rank): the
+    closed-form correction ``x <- x - P h(x)`` is the orthogonal projection onto a
+    consistent affine set."""
+    s = jac @ jac.transpose(-1, -2)
+    return spd_solve(s, jac).transpose(-1, -2)
+
+
+def apply_projector(P: Tensor, z: Tensor, r: Tensor) -> Tensor:
+    """``z - P r`` for z [B, *shape], P [B or 1, n, k], r [B, k]."""
+    dz = (P @ r.reshape(r.shape[0], -1, 1)).squeeze(-1)
+    return z - dz.reshape(z.shape)
+
+
+# -- the shared backbone ---------------------------------------------------------------------
+class BackboneSampler(Method):
+    """Base of the sampling-time methods on the shared pretrained FM-OT backbone.
+
+    ``fit`` loads (or trains once and caches) ``fm_ot`` for this task/preset/seed through
+    the harness and performs no update of its own: it returns an empty
+    :class:`FitStats` (no update seconds, no losses; ``extra`` names the backbone), so
+    the record's training time is the backbone's, reported in the ``fm_ot`` record.
+    ``state_dict`` is empty: the backbone is cached as ``fm_ot``'s own checkpoint and is
+    re-attached by ``load_state_dict``.
+    """
+
+    requires = frozenset({"constraints"})
+
+    def __init__(self, task: Task, config, device: torch.device | str = "cpu"):
+        super().__init__(task, config, device)
+        self.backbone: Method | None = None
+        self._jac_cache: Tensor | None = None
+
+    # -- backbone ----------------------------------------------------------------------
+    def attach_backbone(self) -> Method:
+        if self.backbone is None:
+            if self.context.preset != self.task.preset:  # outside the runner
+                self.context = dataclasses.replace(self.context, preset=self.task.preset)
+            bb = self.pretrained("fm_ot")
+            # count every network call of the backbone into this method's counter
+            bb.nfe = self.nfe
+            bb.velocity = bb.counted(bb.net)
+            bb.net.eval()
+            for p in bb.net.parameters():
+                p.requires_grad_(False)
+            self.backbone = bb
+        dtype = self.dtype
+        if next(self.backbone.net.parameters()).dtype != dtype:
+            self.backbone.net.to(dtype)
+        return self.backbone
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[getattr(self.config, "dtype", "float32")]
+
+    def fit(self, train: FieldData, progress: bool = True) -> FitStats:
+        self.attach_backbone()
+        return FitStats(extra={"backbone": "fm_ot"})
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.attach_backbone()
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [] if self.backbone is None else [self.backbone.net]
+
+    # -- helpers -------------------------------------------------------------------------
+    def velocity(self, z: Tensor, t: float | Tensor, cond: Cond) -> Tensor:
+        """One counted backbone call at time t (scalar or [B, 1])."""
+        bb = self.attach_backbone()
+        if not torch.is_tensor(t):
+            t = torch.full((z.shape[0], 1), float(t), dtype=z.dtype, device=z.device)
+        return bb.velocity(z, t, cond)
+
+    def noise(self, n: int, generator: torch.Generator) -> Tensor:
+        """Standard normal source in normalized units (drawn in float32 on the CPU
+        generator so that float32/float64 runs share the same draw)."""
+        shape = (n, *self.task.spec.field_shape)
+        return torch.randn(shape, generator=generator).to(self.device, self.dtype)
+
+    def prepare_cond(self, cond: Cond) -> Cond:
+        return None if cond is None else cond.to(self.device, self.dtype)
+
+    def decode(self, z: Tensor) -> Tensor:
+        return self.task.normalizer.decode(z)
+
+    def encode(self, x: Tensor) -> Tensor:
+        return self.task.normalizer.encode(x)
+
+    def constraint_fn(self, names: Sequence[str] = ()) -> tuple[ConstraintFn, bool]:
+        """(h in normalized units, all-linear flag) for the selected constraints."""
+        cons = select_constraints(self.task, names)
+        if not cons:
+            raise PcgError(f"method {self.name!r}: task {self.task.name!r} has no constraints")
+        return normalized(stack_constraints(cons), self.task), all_linear(cons)

@@ -1,0 +1,315 @@
+"""2-D Darcy flow ``-div(K grad p) = f`` on the unit square with zero normal flux.
+
+Shared numerics of the ``darcy`` task and its solver chart (facts from PIDM's generator
+and the PBFM protocol; no code copied):
+
+* **Grid.** ``n x n`` nodes including the boundary, ``x_i = i h``, ``h = 1/(n-1)``;
+  array axis 0 is x, axis 1 is y.
+* **Log-permeability.** A Karhunen-Loeve Gaussian field with covariance
+  ``exp(-|x - x'| / length)``: the leading eigenpairs of the *discrete* covariance matrix
+  on the nodes (:func:`kl_basis`, computed once per (n, modes, length) and cached in
+  memory), ``G = V diag(sqrt(lam)) z`` with ``z ~ N(0, I)``.  Eigenvectors are made
+  deterministic: inside a cluster of (numerically) equal eigenvalues -- the square's
+  symmetry makes pairs -- the basis is rotated to diagonalize the diagonal reflection
+  ``(x, y) -> (y, x)``, then each vector's sign is fixed by a fixed random probe vector.
+* **Discretization (the generator's system).** Vertex-centred finite volumes: each node
+  owns its dual cell (``h^2``, ``h^2/2`` on edges, ``h^2/4`` at corners -- the trapezoid
+  weights); the flux through the face between two neighbours is
+  ``K_face (p_a - p_b) / h`` times the face length (``h``, or ``h/2`` on boundary rows),
+  with ``K_face`` the **harmonic mean** of the two nodal permeabilities; the domain
+  boundary carries zero flux.  This gives ``A(K) p = M f`` with ``A`` symmetric positive
+  semi-definite (null space: constants) and ``M`` the dual-cell areas: second order for
+  smooth ``K`` (verified in ``tests/test_darcy.py``), symmetric so that CG applies.
+  (PIDM instead solves the non-conservative stencil ``-K p_xx - K_x p_x - ...`` plus
+  one-sided boundary rows by dense least squares; that overdetermined system is not
+  symmetric and has no exact solution, so it is *not* used here.)
+* **Zero mean.** The direct solver pins node 0, solves the SPD reduced system by sparse
+  LU (SuperLU) and removes the plain grid mean; CG iterates are mean-corrected the same
+  way.  ``mean(p) = 0`` is the plain node average (PIDM uses the trapezoid integral; the
+  two differ by a constant shift, which leaves every residual unchanged).
+* **Evaluator.** :func:`evaluator_residual` is the PBFM/PIDM residual
+  ``-K p_xx - K_x p_x - K p_yy - K_y p_y - f`` with centred second-order differences on
+  the interior nodes plus the outward normal derivative on every boundary node by the
+  second-order one-sided stencil (corners once per edge) -- independent of the FV system.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse
+import scipy.sparse.linalg
+import torch
+import torch.nn.functional as F
+
+from pcgbench.errors import PcgError
+
+# ---------------------------------------------------------------- grid, source, KL
+
+
+def spacing(n: int) -> float:
+    """Node spacing ``h = 1/(n-1)`` of the ``n x n`` grid with boundary nodes."""
+    if n < 4:
+        raise PcgError(f"Darcy grid needs at least 4 nodes per side, got {n}")
+    return 1.0 / (n - 1)
+
+
+def source_field(n: int, width: float = 0.125, rate: float = 10.0) -> np.ndarray:
+    """``f = +rate`` on ``[0, width]^2``, ``-rate`` on ``[1-width, 1]^2``, else 0 -> [n, n]."""
+    x = np.arange(n) * spacing(n)
+    eps = 1e-9
+    lo = x <= width + eps
+    hi = x >= 1.0 - width - eps
+    f = np.zeros((n, n))
+    f[np.ix_(lo, lo)] = rate
+    f[np.ix_(hi, hi)] = -rate
+    return f
+
+
+def dual_areas(n: int) -> np.ndarray:
+    """Dual-cell areas of the nodes (trapezoid weights): ``h^2`` inside, half on edges,
+    a quarter at corners -> [n, n]; they sum to 1."""
+    h = spacing(n)
+    w = np.ones(n)
+    w[0] = w[-1] = 0.5
+    return np.outer(w, w) * h * h
+
+
+def covariance_matrix(n: int, length: float) -> np.ndarray:
+    """``exp(-|x_a - x_b| / length)`` between all nodes (flattened row-major) -> [n^2, n^2]."""
+    x = np.arange(n) * spacing(n)
+    xx, yy = np.meshgrid(x, x, indexing="ij")
+    pts = np.stack([xx.ravel(), yy.ravel()], axis=1)
+    d = np.sqrt(((pts[:, None, :] - pts[None, :, :]) ** 2).sum(-1))
+    return np.exp(-d / length)
+
+
+@functools.lru_cache(maxsize=8)
+def kl_basis(n: int, modes: int, length: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ``modes`` largest eigenpairs of the discrete covariance: eigenvalues
+    ``lam`` [modes] (descending) and orthonormal eigenvectors ``V`` [n^2, modes]
+    (deterministic basis, see the module docstring).  Cached in memory."""
+    size = n * n
+    if not 1 <= modes <= size:
+        raise PcgError(f"Darcy KL modes must lie in [1, {size}] for n={n}, got {modes}")
+    cov = covariance_matrix(n, length)
+    # one extra eigenpair so that a degenerate cluster cut by the truncation is detected
+    extra = min(size, modes + 1)
+    lam, vec = scipy.linalg.eigh(cov, subset_by_index=[size - extra, size - 1])
+    lam, vec = lam[::-1].copy(), vec[:, ::-1].copy()
+    swap = np.arange(size).reshape(n, n).T.ravel()  # (x, y) -> (y, x)
+    start = 0
+    while start < extra:  # rotate clusters of equal eigenvalues to a canonical basis
+        stop = start + 1
+        while stop < extra and abs(lam[stop] - lam[start]) <= 1e-9 * abs(lam[start]):
+            stop += 1
+        if stop - start > 1:
+            block = vec[:, start:stop]
+            s = block.T @ block[swap]  # the reflection restricted to the cluster
+            _, rot = np.linalg.eigh(0.5 * (s + s.T))
+            vec[:, start:stop] = block @ rot[:, ::-1]
+        start = stop
+    probe = np.random.default_rng(12345).standard_normal(size)
+    signs = np.sign(probe @ vec)
+    signs[signs == 0] = 1.0
+    vec = vec * signs
+    lam = np.clip(lam, 0.0, None)[:modes].copy()
+    vec = np.ascontiguousarray(vec[:, :modes])
+    lam.flags.writeable = False  # shared through the cache
+    vec.flags.writeable = False
+    return lam, vec
+
+
+def sample_log_permeability(
+    n: int, modes: int, length: float, z: np.ndarray
+) -> np.ndarray:
+    """KL fields ``G`` [N, n, n] from standard-normal coefficients ``z`` [N, modes]."""
+    lam, vec = kl_basis(n, modes, length)
+    return ((z * np.sqrt(lam)) @ vec.T).reshape(-1, n, n)
+
+
+# ---------------------------------------------------------------- the FV system (numpy)
+
+
+def _face_weights(n: int) -> np.ndarray:
+    w = np.ones(n)
+    w[0] = w[-1] = 0.5
+    return w
+
+
+def transmissibilities_np(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Face coefficients of ``A(K)`` for one field ``K`` [n, n]: ``tx`` [n-1, n] between
+    (i, j) and (i+1, j), ``ty`` [n, n-1] between (i, j) and (i, j+1) (harmonic-mean
+    permeability times face length / h)."""
+    n = k.shape[0]
+    w = _face_weights(n)
+    kx = 2.0 * k[1:] * k[:-1] / (k[1:] + k[:-1])
+    ky = 2.0 * k[:, 1:] * k[:, :-1] / (k[:, 1:] + k[:, :-1])
+    return kx * w[None, :], ky * w[:, None]
+
+
+def fv_matrix(k: np.ndarray) -> scipy.sparse.csr_matrix:
+    """The symmetric FV matrix ``A(K)`` [n^2, n^2] (row-major node numbering)."""
+    n = k.shape[0]
+    tx, ty = transmissibilities_np(k)
+    idx = np.arange(n * n).reshape(n, n)
+    rows, cols, vals = [], [], []
+    for t, a, b in ((tx, idx[:-1], idx[1:]), (ty, idx[:, :-1], idx[:, 1:])):
+        a, b, t = a.ravel(), b.ravel(), t.ravel()
+        rows += [a, b, a, b]
+        cols += [a, b, b, a]
+        vals += [t, t, -t, -t]
+    mat = scipy.sparse.coo_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n * n,) * 2
+    )
+    return mat.tocsr()
+
+
+def fv_rhs(f: np.ndarray) -> np.ndarray:
+    """``M f`` made compatible: ``f`` minus its area-weighted mean (a no-op for the Darcy
+    source, whose two squares cancel exactly), times the dual-cell areas -> [n, n]."""
+    m = dual_areas(f.shape[0])
+    f = f - (m * f).sum() / m.sum()
+    return m * f
+
+
+def solve_pressure(k: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Direct sparse solve of ``A(K) p = M f`` with zero grid mean -> p [n, n] (float64).
+
+    Node 0 is pinned (its row is implied by the others: rows of ``A`` and the compatible
+    right-hand side both sum to zero), the SPD reduced system is factorized by SuperLU,
+    and the mean is removed."""
+    n = k.shape[0]
+    a = fv_matrix(np.asarray(k, dtype=np.float64)).tocsc()[1:, 1:]
+    b = fv_rhs(np.asarray(f, dtype=np.float64)).ravel()
+    p = np.zeros(n * n)
+    p[1:] = scipy.sparse.linalg.splu(a, permc_spec="MMD_AT_PLUS_A").solve(b[1:])
+    p -= p.mean()
+    return p.reshape(n, n)
+
+
+def fv_residual_np(p: np.ndarray, k: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Discrete residual ``A(K) p - M f`` of one field (float64) -> [n, n]."""
+    return (fv_matrix(k) @ p.ravel()).reshape(p.shape) - fv_rhs(f)
+
+
+# ---------------------------------------------------------------- the FV system (torch)
+
+
+def transmissibilities(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched :func:`transmissibilities_np`: ``k`` [B, n, n] -> (tx [B, n-1, n],
+    ty [B, n, n-1]); differentiable."""
+    n = k.shape[-1]
+    w = torch.ones(n, dtype=k.dtype, device=k.device)
+    w[0] = w[-1] = 0.5
+    kx = 2.0 * k[:, 1:] * k[:, :-1] / (k[:, 1:] + k[:, :-1])
+    ky = 2.0 * k[:, :, 1:] * k[:, :, :-1] / (k[:, :, 1:] + k[:, :, :-1])
+    return kx * w[None, None, :], ky * w[None, :, None]
+
+
+def fv_apply(v: torch.Tensor, tx: torch.Tensor, ty: torch.Tensor) -> torch.Tensor:
+    """``A(K) v`` for ``v`` [B, n, n], matrix-free (sum of face fluxes)."""
+    fx = tx * (v[:, 1:] - v[:, :-1])
+    fy = ty * (v[:, :, 1:] - v[:, :, :-1])
+    return F.pad(fx, (0, 0, 1, 0)) - F.pad(fx, (0, 0, 0, 1)) + F.pad(fy, (1, 0)) - F.pad(fy, (0, 1))
+
+
+def fv_diagonal(tx: torch.Tensor, ty: torch.Tensor) -> torch.Tensor:
+    """diag(A(K)) [B, n, n] (the Jacobi preconditioner)."""
+    return F.pad(tx, (0, 0, 1, 0)) + F.pad(tx, (0, 0, 0, 1)) + F.pad(ty, (1, 0)) + F.pad(ty, (0, 1))
+
+
+def fv_residual(p: torch.Tensor, k: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """Cell-averaged FV residual ``(A(K) p - M f) / M`` [B, n, n] (units of f) for
+    ``p, k`` [B, n, n] and ``f`` [n, n] (already compatible)."""
+    n = p.shape[-1]
+    m = torch.as_tensor(dual_areas(n), dtype=p.dtype, device=p.device)
+    return fv_apply(p, *transmissibilities(k)) / m - f.to(p.dtype)
+
+
+def _bsum(a: torch.Tensor) -> torch.Tensor:
+    return a.flatten(1).sum(1).view(-1, 1, 1)
+
+
+def cg_init(b: torch.Tensor, diag: torch.Tensor) -> torch.Tensor:
+    """CG state ``[p, r, d]`` stacked on dim 1 -> [B, 3, n, n], warm start p = 0."""
+    p = torch.zeros_like(diag)
+    r = b.expand_as(diag)
+    return torch.stack([p, r, r / diag], dim=1)
+
+
+def cg_floor(b: torch.Tensor, diag: torch.Tensor, rel: float | None = None) -> torch.Tensor:
+    """Stopping floor on ``r^T D^-1 r`` [B, 1, 1]: ``rel^2`` times its initial value,
+    ``rel`` = 8 machine epsilons of the dtype by default (below that the recursively
+    updated float32 residual is round-off and further steps only amplify it)."""
+    rel = 8 * torch.finfo(diag.dtype).eps if rel is None else rel
+    return rel**2 * _bsum(b.expand_as(diag).square() / diag)
+
+
+def cg_step(state: torch.Tensor, tx: torch.Tensor, ty: torch.Tensor, diag: torch.Tensor,
+            floor: torch.Tensor | float = 0.0) -> torch.Tensor:
+    """One Jacobi-preconditioned CG iteration on ``A(K) p = b`` for a stacked state
+    ``[p, r, d]`` [B, 3, n, n] (``r = b - A p``, ``d`` the search direction).  Samples
+    whose ``r^T D^-1 r`` is at or below ``floor`` are frozen (p unchanged)."""
+    p, r, d = state.unbind(1)
+    z = r / diag
+    rz = _bsum(r * z)
+    active = rz > floor
+    one = torch.ones_like(rz)
+    ad = fv_apply(d, tx, ty)
+    dad = _bsum(d * ad)
+    alpha = torch.where(active, rz / torch.where(active, dad, one), 0.0)
+    p = p + alpha * d
+    r = r - alpha * ad
+    z = r / diag
+    beta = torch.where(active, _bsum(r * z) / torch.where(active, rz, one), 0.0)
+    return torch.stack([p, r, z + beta * d], dim=1)
+
+
+def cg_pressure(k: torch.Tensor, f: torch.Tensor, iters: int) -> torch.Tensor:
+    """``iters`` Jacobi-preconditioned CG iterations from p = 0, mean removed ->
+    p [B, n, n]; batched and differentiable in ``k``."""
+    tx, ty = transmissibilities(k)
+    diag = fv_diagonal(tx, ty)
+    m = torch.as_tensor(dual_areas(k.shape[-1]), dtype=k.dtype, device=k.device)
+    b = m * f.to(k.dtype)
+    state, floor = cg_init(b, diag), cg_floor(b, diag)
+    for _ in range(iters):
+        state = cg_step(state, tx, ty, diag, floor)
+    p = state[:, 0]
+    return p - p.mean(dim=(1, 2), keepdim=True)
+
+
+# ---------------------------------------------------------------- evaluator
+
+
+def evaluator_residual(p: torch.Tensor, k: torch.Tensor, f: torch.Tensor, h: float
+                       ) -> torch.Tensor:
+    """PBFM/PIDM residual of ``p, k`` [B, n, n] with source ``f`` [n, n] ->
+    [B, (n-2)^2 + 4n]: ``-K p_xx - K_x p_x - K p_yy - K_y p_y - f`` on the interior nodes
+    (centred differences), then the outward normal derivatives ``-p_x`` at x = 0,
+    ``p_x`` at x = 1, ``-p_y`` at y = 0, ``p_y`` at y = 1 (one-sided second order,
+    ``(-3 p_0 + 4 p_1 - p_2) / 2h``), each edge with its n nodes."""
+    c = (slice(None), slice(1, -1), slice(1, -1))
+    pxx = (p[:, 2:, 1:-1] - 2 * p[c] + p[:, :-2, 1:-1]) / h**2
+    pyy = (p[:, 1:-1, 2:] - 2 * p[c] + p[:, 1:-1, :-2]) / h**2
+    px = (p[:, 2:, 1:-1] - p[:, :-2, 1:-1]) / (2 * h)
+    py = (p[:, 1:-1, 2:] - p[:, 1:-1, :-2]) / (2 * h)
+    kx = (k[:, 2:, 1:-1] - k[:, :-2, 1:-1]) / (2 * h)
+    ky = (k[:, 1:-1, 2:] - k[:, 1:-1, :-2]) / (2 * h)
+    kc = k[c]
+    interior = -kc * pxx - kx * px - kc * pyy - ky * py - f[1:-1, 1:-1].to(p.dtype)
+
+    def one_sided(a0: torch.Tensor, a1: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
+        return (-3 * a0 + 4 * a1 - a2) / (2 * h)  # derivative into the domain
+
+    bc = [
+        one_sided(p[:, 0], p[:, 1], p[:, 2]),  # x = 0: -dp/dx = -(inward derivative)
+        one_sided(p[:, -1], p[:, -2], p[:, -3]),  # x = 1: dp/dx = -(inward derivative)
+        one_sided(p[:, :, 0], p[:, :, 1], p[:, :, 2]),
+        one_sided(p[:, :, -1], p[:, :, -2], p[:, :, -3]),
+    ]
+    # outward normal derivative = -(derivative into the domain)
+    return torch.cat([interior.flatten(1)] + [-b for b in bc], dim=1)

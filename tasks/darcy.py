@@ -1,0 +1,282 @@
+"""2-D Darcy flow with log-Gaussian permeability (PMosFM paper, Appendix "Darcy Flow";
+data protocol of PBFM, generator facts from PIDM).
+
+Fields ``[p, K]`` on an ``n x n`` node grid of the unit square including the boundary
+(``h = 1/(n-1)``; array axis 0 is x, axis 1 is y), stored float32 ``[N, 2, n, n]``.
+``G = log K`` is a Karhunen-Loeve Gaussian field with covariance ``exp(-|x - x'|/0.1)``
+(leading ``kl_modes`` eigenpairs of the discrete covariance matrix), the source is
+``f = +10`` on ``[0, 0.125]^2`` and ``-10`` on ``[0.875, 1]^2``, and the pressure solves
+``-div(K grad p) = f`` with zero normal flux and zero (grid) mean.
+
+**Solver** (:mod:`pcgbench.solvers.darcy2d`): vertex-centred finite volumes with
+harmonic-mean face permeabilities (symmetric, second order; *not* PIDM's least-squares
+stencil system), zero mean by pinning one node + sparse LU + mean removal, float64.
+Generated pressures satisfy the FV system to ~1e-11 relative.
+
+**Evaluator** :meth:`DarcyTask.residual`: the PBFM residual
+``-K p_xx - K_x p_x - K p_yy - K_y p_y - f`` on interior nodes (centred differences)
+concatenated with the outward normal derivative on the 4n boundary nodes (one-sided,
+second order).  It is a different discretization from the FV solver, so on the data it
+is at the truncation level (non-zero: the source is discontinuous) -- the ``data``
+column of every table.
+
+**Chart** ``solver`` (default): coordinates ``G = log K`` as a field ``[1, n, n]`` (so
+convolutional/FNO backbones apply); decode ``K = exp(G)`` and ``p`` = ``chart_iters``
+Jacobi-preconditioned CG iterations (warm start 0, mean removed) on the *same* FV
+system, in torch (batched, differentiable).  Encoded residual: the cell-averaged FV
+residual plus ``mean(p)``; declared tolerance = its measured maximum 2-norm after K
+iterations on 8 prior draws.  Encoder: ``log K`` of the data (exact inverse).
+
+**Sizes.** ``paper``: 64 x 64, 64 modes, 10,000/1,000/1,000 (the paper does not state
+split sizes; PIDM's generator has no fixed count).  ``cpu``: 32 x 32, 64 modes,
+1,000/100/200.  ``smoke``: 16 x 16, 32 modes, 64/16/16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pcgbench.charts import Chart, SolverDecoderChart
+from pcgbench.charts.base import Cond
+from pcgbench.errors import PcgError
+from pcgbench.registry import TASKS
+from pcgbench.solvers import darcy2d
+from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+
+#: file names of PIDM's generator output (one flattened n*n row per sample, no header)
+EXTERNAL_FILES = {"p": "p_data.csv", "K": "K_data.csv"}
+
+
+@dataclass(frozen=True)
+class DarcyParams:
+    """Grid, permeability, source, decoder and split parameters of the Darcy task."""
+
+    n: int = 32  # nodes per side, boundary included (h = 1/(n-1))
+    kl_modes: int = 64
+    length_scale: float = 0.1
+    source_width: float = 0.125
+    source_rate: float = 10.0
+    chart_iters: int = 128  # CG iterations of the solver chart's decoder
+    n_train: int = 1000
+    n_val: int = 100
+    n_test: int = 200
+    seed_train: int = 3022
+    seed_val: int = 3023
+    seed_test: int = 3024
+
+
+def _zero_mean(x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
+    return x[:, 0].mean(dim=(-2, -1)).unsqueeze(1)
+
+
+class DarcySolverChart(SolverDecoderChart):
+    """Log-permeability coordinates with a K-iteration CG pressure decoder (paper Eq.
+    app-solver-decoder, K = ``iters``).
+
+    y = G [B, 1, n, n]; x = chi^(K)(y) = [p^(K)(exp G), exp G] with p^(K) after ``iters``
+    Jacobi-preconditioned CG iterations on the FV system A(K) p = M f from p = 0 and the
+    grid mean removed.  The CG state is stacked as channels ``[p, r, d]`` (``step`` and
+    ``init`` work on it); :meth:`solve` assembles the face coefficients once per decode.
+    Encoded residual R_h(x) = [(A(K) p - M f)/M, mean(p)] (units of f)."""
+
+    def __init__(
+        self, n: int, f: torch.Tensor, iters: int, calibrate_on: torch.Tensor | None = None
+    ):
+        super().__init__(
+            self._step, iters, self._init, residual_fn=self._encoded_residual,
+            coord_shape=(1, n, n), field_shape=(2, n, n),
+        )
+        self.n = n
+        self.register_buffer("f", f.detach().clone().double())
+        m = torch.as_tensor(darcy2d.dual_areas(n))
+        self.register_buffer("areas", m)
+        if calibrate_on is not None:
+            self.declare_tolerance(calibrate_on)
+
+    # -- CG pieces on the stacked state ------------------------------------------------
+    def _coefficients(self, y: torch.Tensor):
+        k = torch.exp(y[:, 0])
+        tx, ty = darcy2d.transmissibilities(k)
+        return tx, ty, darcy2d.fv_diagonal(tx, ty)
+
+    def _rhs(self, y: torch.Tensor) -> torch.Tensor:
+        return (self.areas * self.f).to(y.dtype)
+
+    def _init(self, y: torch.Tensor, cond: Cond = None) -> torch.Tensor:
+        *_, diag = self._coefficients(y)
+        return darcy2d.cg_init(self._rhs(y), diag)
+
+    def _step(self, z: torch.Tensor, y: torch.Tensor, cond: Cond = None) -> torch.Tensor:
+        tx, ty, diag = self._coefficients(y)
+        return darcy2d.cg_step(z, tx, ty, diag, darcy2d.cg_floor(self._rhs(y), diag))
+
+    def solve(self, y: torch.Tensor, cond: Cond = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """p^(K) [B, 1, n, n] (mean removed) and the norm of the last pressure update."""
+        tx, ty, diag = self._coefficients(y)
+        b = self._rhs(y)
+        state, floor = darcy2d.cg_init(b, diag), darcy2d.cg_floor(b, diag)
+        upd = torch.zeros(y.shape[0], dtype=y.dtype, device=y.device)
+        for _ in range(self.K):
+            new = darcy2d.cg_step(state, tx, ty, diag, floor)
+            upd = (new[:, 0] - state[:, 0]).detach().flatten(1).norm(dim=1)
+            state = new
+        p = state[:, :1]
+        return p - p.mean(dim=(-2, -1), keepdim=True), upd
+
+    def decode(self, y: torch.Tensor, cond: Cond = None) -> torch.Tensor:
+        return torch.cat([self.solve(y, cond)[0], torch.exp(y)], dim=1)
+
+    def encode(self, x: torch.Tensor, cond: Cond = None) -> torch.Tensor:
+        return torch.log(x[:, 1:2].clamp_min(torch.finfo(x.dtype).tiny))
+
+    def _encoded_residual(self, x: torch.Tensor, cond: Cond = None) -> torch.Tensor:
+        p, k = x[:, 0], x[:, 1]
+        fv = darcy2d.fv_residual(p, k, self.f.to(x.dtype))
+        return torch.cat([fv.flatten(1), p.mean(dim=(-2, -1)).unsqueeze(1)], dim=1)
+
+    @torch.no_grad()
+    def declare_tolerance(self, y: torch.Tensor) -> float:
+        """tolerance = max_b ||R_h(chi^(K)(y_b))||_2 measured on ``y``."""
+        res = self.residual(self.decode(y))
+        self.tolerance = float(res.norm(dim=1).max())
+        return self.tolerance
+
+
+@TASKS.register("darcy")
+class DarcyTask(Task):
+    """Steady Darcy pressure with log-Gaussian permeability (PBFM/PIDM protocol)."""
+
+    Params = DarcyParams
+    paper_benchmark = "darcy"
+    description = "2-D Darcy flow [p, K], log-Gaussian K (KL, 64 modes), no-flux, zero-mean p"
+
+    @classmethod
+    def params_for(cls, preset: str) -> DarcyParams:
+        if preset == "paper":
+            return DarcyParams(n=64, chart_iters=256, n_train=10000, n_val=1000, n_test=1000)
+        if preset == "smoke":
+            return DarcyParams(n=16, kl_modes=32, chart_iters=64, n_train=64, n_val=16,
+                               n_test=16)
+        return DarcyParams()
+
+    @property
+    def spec(self) -> TaskSpec:
+        n = self.params.n
+        return TaskSpec(name="darcy", field_shape=(2, n, n), channel_names=("p", "K"))
+
+    @property
+    def h(self) -> float:
+        return darcy2d.spacing(self.params.n)
+
+    def source(self) -> np.ndarray:
+        p = self.params
+        return darcy2d.source_field(p.n, p.source_width, p.source_rate)
+
+    def _size_seed(self, split: str) -> tuple[int, int]:
+        p = self.params
+        return {
+            "train": (p.n_train, p.seed_train),
+            "val": (p.n_val, p.seed_val),
+            "test": (p.n_test, p.seed_test),
+        }[split]
+
+    def log_permeability(self, n_samples: int, seed: int) -> np.ndarray:
+        """``n_samples`` KL draws of G [N, n, n] (float64) from ``seed``."""
+        p = self.params
+        z = np.random.default_rng(seed).standard_normal((n_samples, p.kl_modes))
+        return darcy2d.sample_log_permeability(p.n, p.kl_modes, p.length_scale, z)
+
+    def solve_split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """float64 (p, K), each [N, n, n], of ``split`` by the direct sparse solver."""
+        from tqdm.auto import tqdm
+
+        n_samples, seed = self._size_seed(split)
+        k = np.exp(self.log_permeability(n_samples, seed))
+        f = self.source()
+        p = np.empty_like(k)
+        for i in tqdm(range(n_samples), desc=f"darcy {split}", disable=not self.progress,
+                      leave=False):
+            p[i] = darcy2d.solve_pressure(k[i], f)
+        return p, k
+
+    def generate(self, split: str) -> FieldData:
+        p, k = self.solve_split(split)
+        x = torch.from_numpy(np.stack([p, k], axis=1)).float()
+        return FieldData(x, None)
+
+    def residual(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
+        """PBFM evaluator of physical fields ``x [N, 2, n, n]`` -> ``[N, (n-2)^2 + 4n]``
+        (interior PDE residual, then the boundary normal derivatives)."""
+        f = torch.as_tensor(self.source(), dtype=x.dtype, device=x.device)
+        h = darcy2d.spacing(x.shape[-1])
+        return darcy2d.evaluator_residual(x[:, 0], x[:, 1], f, h)
+
+    def constraints(self) -> Mapping[str, Constraint]:
+        """``darcy_pde``: the evaluator residual ``[N, (n-2)^2 + 4n]`` (nonlinear in
+        (p, K)); ``zero_mean``: the grid mean of p ``[N, 1]`` (linear)."""
+        return {
+            "darcy_pde": Constraint("darcy_pde", lambda x, c=None: self.residual(x, c)),
+            "zero_mean": Constraint("zero_mean", _zero_mean, linear=True),
+        }
+
+    def charts(self) -> Mapping[str, Callable[[], Chart]]:
+        """``solver`` (default): G = log K coordinates [1, n, n], CG pressure decoder with
+        ``chart_iters`` iterations; tolerance measured on 8 prior draws."""
+        return {"solver": lambda: self.solver_chart()}
+
+    def solver_chart(self, iters: int | None = None, calibrate: bool = True) -> DarcySolverChart:
+        p = self.params
+        f = torch.as_tensor(darcy2d.source_field(p.n, p.source_width, p.source_rate))
+        y = None
+        if calibrate:
+            y = torch.from_numpy(self.log_permeability(8, 777)).float()[:, None]
+        return DarcySolverChart(p.n, f, p.chart_iters if iters is None else iters, y)
+
+    def load_external(self, path: Path, split: str) -> FieldData:
+        """Read ``split`` from PIDM's generator output: the directory ``path`` holds
+        ``p_data.csv`` and ``K_data.csv`` (no header, one flattened row of n*n values per
+        sample, row-major with axis 0 = x; PIDM's reversed y-spacing does not change the
+        arrays).  Split by row index (our choice; the paper publishes none):
+        train = rows [0, n_train), val = the next n_val, test = the next n_test rows.
+        A file grid m x m with (m-1) a multiple of (n-1) is sub-sampled by stride."""
+        import pandas as pd
+
+        path = Path(path)
+        files = {key: path / name for key, name in EXTERNAL_FILES.items()}
+        missing = [str(f) for f in files.values() if not f.is_file()]
+        if missing:
+            raise PcgError(f"Darcy data directory {str(path)!r} lacks {', '.join(missing)}")
+        p = self.params
+        sizes = [p.n_train, p.n_val, p.n_test]
+        k = ("train", "val", "test").index(split)
+        lo, hi = sum(sizes[:k]), sum(sizes[: k + 1])
+        arrays = {}
+        for key, file in files.items():
+            try:
+                df = pd.read_csv(file, header=None, skiprows=lo, nrows=hi - lo, dtype=np.float64)
+            except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+                raise PcgError(f"cannot read Darcy file {str(file)!r}: {exc}") from exc
+            arrays[key] = df.to_numpy()
+        rows = {key: a.shape[0] for key, a in arrays.items()}
+        if min(rows.values()) < hi - lo:
+            raise PcgError(
+                f"Darcy files in {str(path)!r} have {rows} rows after index {lo}; split "
+                f"{split!r} needs {hi - lo} rows from index {lo}"
+            )
+        width = arrays["p"].shape[1]
+        m = int(round(width**0.5))
+        if arrays["K"].shape[1] != width or m * m != width or (m - 1) % (p.n - 1):
+            raise PcgError(
+                f"Darcy files in {str(path)!r} have rows of {width} (p) and "
+                f"{arrays['K'].shape[1]} (K) values; the {self.preset} preset needs m*m values "
+                f"with (m-1) a multiple of {p.n - 1} (e.g. {p.n * p.n})"
+            )
+        s = (m - 1) // (p.n - 1)
+        fields = [arrays[key].reshape(-1, m, m)[:, ::s, ::s] for key in ("p", "K")]
+        x = torch.from_numpy(np.stack(fields, axis=1)).float()
+        return FieldData(x, None)

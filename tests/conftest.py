@@ -1,0 +1,21 @@
+"""Keep every test's data cache and results out of the user's home directory."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pcgbench-home")
+    old = {k: os.environ.get(k) for k in ("PCGBENCH_RESULTS", "PCGBENCH_DATA")}
+    os.environ["PCGBENCH_RESULTS"] = str(root / "results")
+    os.environ["PCGBENCH_DATA"] = str(root / "data")
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
