@@ -3,4 +3,6 @@
 from pcgbench.tasks import (  # noqa: F401
     burgers,
     darcy,
+    kf_generation,
+    kolmogorov,
 )
