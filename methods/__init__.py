@@ -7,6 +7,9 @@ from pcgbench.methods import (  # noqa: F401
     diffusionpde,
     eci,
     fm_ot,
+    pbfm,
     pcfm,
+    pcft,
+    pidm,
     pmosfm,
 )

@@ -1,0 +1,233 @@
+"""PCFT: physics-constrained fine-tuning of a flow-matching model by Adjoint Matching
+(Tauberschmidt et al., ICLR 2026; jantauberschmidt/PCFT).
+
+Starts from the cached FM-OT model of the same (task, preset, seed)
+(``self.pretrained("fm_ot")``): its network is the frozen *base* velocity v_base, a deep
+copy is fine-tuned (v_ft).  Each update:
+
+1. memoryless SDE rollout of the fine-tuned model on t_k = k/N (N = ``steps`` = 100):
+   eta(t) = (1 - t + 0.01)/(t + 0.01), sigma(t) = sqrt(2 (1 - kappa) eta(t)), kappa = 0.9,
+   x_{k+1} = x_k + h b_ft(x_k, t_k) + sqrt(h) sigma(t_k) z with
+   b = v + sigma^2/(2 eta) (v - x/(t + h)); the last step is plain Euler;
+2. lean adjoint backward along that trajectory with the *base* drift:
+   a_N = lambda_x grad_x r(x_N), a_k = a_{k+1} + h (d b_base(x_k, t_k)/dx)^T a_{k+1};
+3. loss mean over samples and over the times S (``n_random`` = 20 random indices of the
+   first ``tail_start`` = 80 % plus every index of the last 20 %) of
+   min(||(b_ft - b_base)/sigma + sigma a||^2, 1.6 lambda_x^2) (the reference's clamp),
+   with 1/(t + 0.01) in b; AdamW, gradient-norm clipping 1.0.
+
+Terminal penalty r(x) = grid mean of the squared **strong-form** residual of the task's
+own evaluator, R(decode(x))^2 (``task.residual`` in physical units, x normalized).
+**This departs from the paper**, which uses a weak-form residual on random compactly
+supported Wendland test functions (H^1-normalized); the weak form is not implemented here,
+so lambda_x = 1000 (the paper's default) acts on a differently scaled residual.
+Inference: 100-step explicit Euler of v_ft (NFE 100, counted).  Budgets: the reference
+uses batch 15 and lr 2e-5 for 200 updates of 8 rollouts; the ``cpu`` preset uses batch 15,
+40 updates of one rollout each (one update costs ~300 network passes).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from pcgbench.backbones import build_backbone
+from pcgbench.errors import PcgError
+from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.methods.fm_ot import FMOTConfig
+from pcgbench.registry import METHODS
+from pcgbench.task import FieldData, Task
+from pcgbench.timing import synchronize
+
+EPS = 0.01  # time offset of eta/sigma and of 1/(t + eps) in the matched drift
+
+
+@dataclass(frozen=True)
+class PCFTConfig(MethodConfig):
+    iterations: int = 40  # fine-tuning updates (one rollout batch each)
+    batch_size: int = 15
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    steps: int = 100  # rollout and inference steps (NFE of sampling)
+    kappa: float = 0.9
+    lam_x: float = 1000.0
+    n_random: int = 20  # random loss times in [0, tail_start)
+    tail_start: float = 0.8  # every loss time from here on
+    grad_clip: float = 1.0
+
+    @classmethod
+    def for_preset(cls, preset: str) -> PCFTConfig:
+        iters = {"smoke": 2, "cpu": 40, "paper": 200}[preset]
+        return cls(iterations=iters)
+
+
+def eta(t: torch.Tensor) -> torch.Tensor:
+    return (1 - t + EPS) / (t + EPS)
+
+
+def sigma_memoryless(t: torch.Tensor, kappa: float) -> torch.Tensor:
+    return torch.sqrt(2 * (1 - kappa) * eta(t))
+
+
+def drift(v: torch.Tensor, x: torch.Tensor, t: float, h: float, kappa: float) -> torch.Tensor:
+    """b = v + sigma^2/(2 eta) (v - x/(t + h)); sigma^2/(2 eta) = 1 - kappa."""
+    return v + (1 - kappa) * (v - x / (t + h))
+
+
+@METHODS.register("pcft")
+class PCFT(Method):
+    """Adjoint-Matching fine-tuning of FM-OT with the evaluator residual as terminal cost."""
+
+    Config = PCFTConfig
+    description = "PCFT: adjoint-matching fine-tuning of FM-OT (Tauberschmidt et al. 2026)"
+
+    def __init__(self, task: Task, config: PCFTConfig, device: torch.device | str = "cpu"):
+        super().__init__(task, config, device)
+        if not 0.0 <= config.kappa < 1.0:
+            raise PcgError(f"pcft: kappa must lie in [0, 1), got {config.kappa}")
+        self.config: PCFTConfig = config
+        spec = task.spec
+        # the architecture of the preset's FM-OT backbone (weights come from the cache)
+        self.net = build_backbone(
+            FMOTConfig.for_preset(task.preset).backbone, in_channels=spec.channels,
+            out_channels=spec.channels, spatial_shape=spec.spatial_shape, n_times=1,
+            cond_dim=spec.cond_dim,
+        ).to(self.device)
+        self.velocity = self.counted(self.net)
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.net]
+
+    def state_dict(self) -> dict:
+        return {"net": self.net.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+
+    # -- pieces -----------------------------------------------------------------------
+    def terminal_cost(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        """Per-sample grid mean of the squared evaluator residual of normalized x [B]."""
+        r = self.task.residual(self.task.normalizer.decode(x), cond)
+        return r.pow(2).flatten(1).mean(1)
+
+    def _tfull(self, t: float, b: int) -> torch.Tensor:
+        return torch.full((b, 1), t, device=self.device)
+
+    @torch.no_grad()
+    def rollout(self, b: int, cond, gen: torch.Generator) -> list[torch.Tensor]:
+        cfg = self.config
+        n, h = cfg.steps, 1.0 / cfg.steps
+        x = torch.randn((b, *self.task.spec.field_shape), generator=gen).to(self.device)
+        traj = [x]
+        for k in range(n):
+            t = k * h
+            v = self.net(x, self._tfull(t, b), cond)
+            if k == n - 1:
+                x = x + h * v
+            else:
+                sig = float(sigma_memoryless(torch.tensor(t), cfg.kappa))
+                z = torch.randn(x.shape, generator=gen).to(self.device)
+                x = x + h * drift(v, x, t, h, cfg.kappa) + math.sqrt(h) * sig * z
+            traj.append(x)
+        return traj
+
+    def lean_adjoint(self, base, traj: list[torch.Tensor], cond) -> tuple[list, torch.Tensor]:
+        cfg = self.config
+        n, h = cfg.steps, 1.0 / cfg.steps
+        x1 = traj[-1].detach().requires_grad_(True)
+        with torch.enable_grad():
+            cost = self.terminal_cost(x1, cond)
+            (g,) = torch.autograd.grad(cost.sum(), x1)
+        a = [None] * (n + 1)
+        a[n] = cfg.lam_x * g
+        for k in range(n - 1, -1, -1):
+            xk = traj[k].detach().requires_grad_(True)
+            with torch.enable_grad():
+                bk = drift(base(xk, self._tfull(k * h, len(xk)), cond), xk, k * h, h, cfg.kappa)
+                (vjp,) = torch.autograd.grad(bk, xk, grad_outputs=a[k + 1])
+            a[k] = (a[k + 1] + h * vjp).detach()
+        return a, cost.detach()
+
+    def loss_times(self, gen: torch.Generator) -> list[int]:
+        cfg = self.config
+        n_all = cfg.steps + 1
+        split = int(n_all * cfg.tail_start)
+        first = torch.randint(0, max(split, 1), (cfg.n_random,), generator=gen).tolist()
+        return first + list(range(split, n_all - 1))  # x_N has no drift of its own
+
+    # -- training -------------------------------------------------------------------------
+    def fit(self, train: FieldData, progress: bool = True) -> FitStats:
+        cfg = self.config
+        if self.context.preset != self.task.preset:  # the backbone is the task preset's
+            self.context = dataclasses.replace(self.context, preset=self.task.preset)
+        pre = self.pretrained("fm_ot")
+        base = copy.deepcopy(pre.net).to(self.device).eval().requires_grad_(False)
+        self.net.load_state_dict(pre.net.state_dict())
+        cond_all = None if train.cond is None else train.cond.to(self.device)
+        gen = torch.Generator().manual_seed(self.context.seed)
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        stats = FitStats()
+        costs: list[float] = []
+        clamp = 1.6 * cfg.lam_x**2
+        h = 1.0 / cfg.steps
+        self.net.train()
+        bar = tqdm(range(cfg.iterations), desc=f"fit {self.name}", disable=not progress,
+                   leave=False, dynamic_ncols=True)
+        for step in bar:
+            synchronize(self.device)
+            t0 = time.perf_counter()
+            b = cfg.batch_size
+            c = None
+            if cond_all is not None:
+                c = cond_all[torch.randint(0, len(cond_all), (b,), generator=gen).to(self.device)]
+            traj = self.rollout(b, c, gen)
+            adj, cost = self.lean_adjoint(base, traj, c)
+            times = self.loss_times(gen)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for k in times:
+                t = k * h
+                xk, tk = traj[k], self._tfull(t, b)
+                sig = float(sigma_memoryless(torch.tensor(t), cfg.kappa))
+                with torch.no_grad():
+                    vb = base(xk, tk, c)
+                vf = self.net(xk, tk, c)
+                # b_ft - b_base with 1/(t + eps): the x terms cancel
+                db = (2 - cfg.kappa) * (vf - vb)
+                per = (db / sig + sig * adj[k]).pow(2).flatten(1).sum(1).clamp(max=clamp)
+                lk = per.sum() / (b * len(times))
+                lk.backward()
+                total += float(lk.detach())
+            if not math.isfinite(total):
+                raise PcgError(f"fit {self.name}: loss became non-finite at update {step}")
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            synchronize(self.device)
+            stats.update_seconds.append(time.perf_counter() - t0)
+            stats.losses.append(total)
+            costs.append(float(cost.mean()))
+            bar.set_postfix(loss=f"{total:.4g}", cost=f"{costs[-1]:.4g}")
+        self.net.eval()
+        stats.extra.update({"terminal_cost_first": costs[0] if costs else None,
+                            "terminal_cost_final": costs[-1] if costs else None,
+                            "pretrained": "fm_ot",
+                            "residual_form": "strong (task evaluator)"})
+        return stats
+
+    @torch.no_grad()
+    def sample(self, cond: torch.Tensor | None, n: int, generator: torch.Generator
+               ) -> torch.Tensor:
+        shape = (n, *self.task.spec.field_shape)
+        x = torch.randn(shape, generator=generator).to(self.device)
+        steps = self.config.steps
+        for k in range(steps):
+            t = torch.full((n, 1), k / steps, device=self.device)
+            x = x + self.velocity(x, t, cond) / steps
+        return self.task.normalizer.decode(x)
