@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
+
+# Test problems are tiny: one thread is faster and immune to oversubscription when other
+# processes share the cores (measured: 2 threads under load ran ~100x slower).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session", autouse=True)
