@@ -57,6 +57,21 @@ def ot_pair(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
     return x0[torch.as_tensor(plan.argmax(axis=0), device=x0.device)]
 
 
+@torch.no_grad()
+def euler_sample(method: Method, cond: torch.Tensor | None, n: int,
+                 generator: torch.Generator) -> torch.Tensor:
+    """Explicit Euler from N(0, I) at t = 0 to t = 1 with ``method.config.steps`` uniform
+    steps of ``method.velocity`` (normalized units), decoded to physical units.  Shared by
+    every flow-matching method whose sampler is plain Euler (FM-OT, PBFM, PCFT)."""
+    shape = (n, *method.task.spec.field_shape)
+    x = torch.randn(shape, generator=generator).to(method.device)
+    steps = method.config.steps
+    for k in range(steps):
+        t = torch.full((n, 1), k / steps, device=method.device)
+        x = x + method.velocity(x, t, cond) / steps
+    return method.task.normalizer.decode(x)
+
+
 @METHODS.register("fm_ot")
 class FMOT(Method):
     """Flow matching with the conditional OT path and Euler sampling."""
@@ -114,10 +129,4 @@ class FMOT(Method):
     @torch.no_grad()
     def sample(self, cond: torch.Tensor | None, n: int, generator: torch.Generator
                ) -> torch.Tensor:
-        shape = (n, *self.task.spec.field_shape)
-        x = torch.randn(shape, generator=generator).to(self.device)
-        steps = self.config.steps
-        for k in range(steps):
-            t = torch.full((n, 1), k / steps, device=self.device)
-            x = x + self.velocity(x, t, cond) / steps
-        return self.task.normalizer.decode(x)
+        return euler_sample(self, cond, n, generator)

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from pcgbench.backbones import build_backbone
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods.fm_ot import FMOTConfig
+from pcgbench.methods.fm_ot import FMOTConfig, euler_sample
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.timing import synchronize
@@ -224,10 +224,4 @@ class PCFT(Method):
     @torch.no_grad()
     def sample(self, cond: torch.Tensor | None, n: int, generator: torch.Generator
                ) -> torch.Tensor:
-        shape = (n, *self.task.spec.field_shape)
-        x = torch.randn(shape, generator=generator).to(self.device)
-        steps = self.config.steps
-        for k in range(steps):
-            t = torch.full((n, 1), k / steps, device=self.device)
-            x = x + self.velocity(x, t, cond) / steps
-        return self.task.normalizer.decode(x)
+        return euler_sample(self, cond, n, generator)
