@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pcgbench.backbones import BackboneConfig, build_backbone
+from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
@@ -83,24 +83,8 @@ class FMOT(Method):
         super().__init__(task, config, device)
         spec = task.spec
         self.config: FMOTConfig = config
-        self.net = build_backbone(
-            config.backbone,
-            in_channels=spec.channels,
-            out_channels=spec.channels,
-            spatial_shape=spec.spatial_shape,
-            n_times=1,
-            cond_dim=spec.cond_dim,
-        ).to(self.device)
+        self.net = field_backbone(config.backbone, spec).to(self.device)
         self.velocity = self.counted(self.net)
-
-    def modules(self) -> list[torch.nn.Module]:
-        return [self.net]
-
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         cfg = self.config

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from pcgbench.backbones import BackboneConfig, build_backbone
+from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods.fm_ot import PRESET_BUDGET, euler_sample, preset_backbone
@@ -137,22 +137,12 @@ class PBFM(Method):
             raise PcgError(f"pbfm: unroll must be >= 1 or None, got {config.unroll}")
         spec = task.spec
         self.config: PBFMConfig = config
-        self.net = build_backbone(
-            config.backbone, in_channels=spec.channels, out_channels=spec.channels,
-            spatial_shape=spec.spatial_shape, n_times=1, cond_dim=spec.cond_dim,
-        ).to(self.device)
+        self.net = field_backbone(config.backbone, spec).to(self.device)
         self.ema = copy.deepcopy(self.net).requires_grad_(False)
         self.velocity = self.counted(self.ema)
 
     def modules(self) -> list[torch.nn.Module]:
-        return [self.net]
-
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "ema": self.ema.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
-        self.ema.load_state_dict(state["ema"])
+        return [self.net]  # the EMA copy is not counted as parameters
 
     def depth(self, step: int) -> int:
         cfg = self.config

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from pcgbench.backbones import build_backbone
+from pcgbench.backbones import field_backbone
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods.fm_ot import FMOTConfig, euler_sample
@@ -94,21 +94,9 @@ class PCFT(Method):
         self.config: PCFTConfig = config
         spec = task.spec
         # the architecture of the preset's FM-OT backbone (weights come from the cache)
-        self.net = build_backbone(
-            FMOTConfig.for_preset(task.preset).backbone, in_channels=spec.channels,
-            out_channels=spec.channels, spatial_shape=spec.spatial_shape, n_times=1,
-            cond_dim=spec.cond_dim,
-        ).to(self.device)
+        self.net = field_backbone(FMOTConfig.for_preset(task.preset).backbone, spec).to(
+            self.device)
         self.velocity = self.counted(self.net)
-
-    def modules(self) -> list[torch.nn.Module]:
-        return [self.net]
-
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
 
     # -- pieces -----------------------------------------------------------------------
     def terminal_cost(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pcgbench.backbones import BackboneConfig, build_backbone
+from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods.fm_ot import PRESET_BUDGET, preset_backbone
 from pcgbench.registry import METHODS
@@ -106,23 +106,13 @@ class PIDM(Method):
         super().__init__(task, config, device)
         spec = task.spec
         self.config: PIDMConfig = config
-        self.net = build_backbone(
-            config.backbone, in_channels=spec.channels, out_channels=spec.channels,
-            spatial_shape=spec.spatial_shape, n_times=1, cond_dim=spec.cond_dim,
-        ).to(self.device)
+        self.net = field_backbone(config.backbone, spec).to(self.device)
         self.ema = copy.deepcopy(self.net).requires_grad_(False)
         self.denoiser = self.counted(self.ema)
         self.schedule = DDPMSchedule(config.steps)
 
     def modules(self) -> list[torch.nn.Module]:
-        return [self.net]
-
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "ema": self.ema.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
-        self.ema.load_state_dict(state["ema"])
+        return [self.net]  # the EMA copy is not counted as parameters
 
     def _time(self, k: torch.Tensor) -> torch.Tensor:
         return ((k + 1).float() / self.config.steps).view(-1, 1).to(self.device)

@@ -113,14 +113,19 @@ class Method(ABC):
 
         return load_or_fit(self.task, method_name, self.context, self.device)
 
+    def _owned_modules(self) -> dict[str, nn.Module]:
+        # CountedNetwork wrappers only view a module held under another attribute
+        return {k: v for k, v in vars(self).items()
+                if isinstance(v, nn.Module) and not isinstance(v, CountedNetwork)}
+
     def modules(self) -> Iterable[nn.Module]:
-        """The learned modules (for parameter counts and checkpoints)."""
-        return [m for m in vars(self).values() if isinstance(m, nn.Module)]
+        """The learned modules (for parameter counts); override to leave out copies
+        such as an EMA of the weights."""
+        return list(self._owned_modules().values())
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            k: v.state_dict() for k, v in vars(self).items() if isinstance(v, nn.Module)
-        }
+        """Every module attribute's state (counted wrappers excluded), for checkpoints."""
+        return {k: v.state_dict() for k, v in self._owned_modules().items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for k, v in state.items():

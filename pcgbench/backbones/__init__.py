@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 from pcgbench.errors import PcgError
 from pcgbench.registry import Registry
+
+if TYPE_CHECKING:
+    from pcgbench.task import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -63,3 +67,11 @@ def build_backbone(
 
 
 __all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "build_backbone"]
+
+
+def field_backbone(cfg: BackboneConfig, spec: TaskSpec, n_times: int = 1) -> nn.Module:
+    """A backbone mapping the task's fields to fields of the same shape (a velocity,
+    denoiser or x0-predictor), conditioned on the task's condition vector."""
+    return build_backbone(cfg, in_channels=spec.channels, out_channels=spec.channels,
+                          spatial_shape=spec.spatial_shape, n_times=n_times,
+                          cond_dim=spec.cond_dim)
