@@ -50,6 +50,10 @@ class TaskSpec:
     field_shape: tuple[int, ...]  # (C, *spatial)
     channel_names: tuple[str, ...]
     cond_dim: int = 0  # 0: unconditional
+    #: ``cond`` is constraint data only (e.g. the prescribed IC/BC values of a zero-shot
+    #: constrained-generation protocol): the shared flow backbones are trained without
+    #: it and the sampling-time methods impose it through the task's constraints
+    zero_shot: bool = False
 
     @property
     def channels(self) -> int:

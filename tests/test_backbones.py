@@ -233,3 +233,20 @@ def test_spectral_conv_on_coarser_grid_uses_the_lowest_stored_modes():
         small.weight[1] = big.weight[1, :, :, 1:, :3]  # frequencies -3, -2, -1 on axis 0
     x = torch.randn(3, 2, 6, 5, dtype=torch.float64)  # caps (3, 3)
     assert torch.allclose(big(x), small(x), atol=1e-12)
+
+
+def test_zero_shot_backbone_ignores_constraint_data():
+    """On a zero-shot task the shared backbone is unconditional: cond is accepted and
+    has no effect; ``conditioned=True`` restores a conditional network."""
+    from pcgbench.backbones import BackboneConfig, field_backbone
+    from pcgbench.task import TaskSpec
+
+    torch.manual_seed(0)
+    spec = TaskSpec("z", (1, 8, 8), ("u",), cond_dim=8, zero_shot=True)
+    cfg = BackboneConfig(kind="fno", width=8, modes=4, layers=2, embed_dim=8)
+    net = field_backbone(cfg, spec)
+    x, t = torch.randn(2, 1, 8, 8), torch.rand(2, 1)
+    a, b = net(x, t, torch.randn(2, 8)), net(x, t, torch.randn(2, 8))
+    assert torch.equal(a, b)
+    cond_net = field_backbone(cfg, spec, conditioned=True)
+    assert not torch.allclose(cond_net(x, t, torch.randn(2, 8)), cond_net(x, t, torch.randn(2, 8)))

@@ -189,7 +189,8 @@ def test_pcft_finetune_and_sample(task, tmp_path):
     x = m.sample(None, 3, torch.Generator().manual_seed(0))
     assert m.nfe.count == 10
     assert x.shape == (3, *task.spec.field_shape) and torch.isfinite(x).all()
-    assert PCFT.Config.for_preset("cpu").steps == 100
+    assert PCFT.Config.for_preset("paper").steps == 100
+    assert PCFT.Config.for_preset("cpu").steps == 20
 
 
 def test_pcft_lean_adjoint_linear_drift(task):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from torch import nn
+from torch import Tensor, nn
 
 from pcgbench.errors import PcgError
 from pcgbench.registry import Registry
@@ -69,9 +69,26 @@ def build_backbone(
 __all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "build_backbone"]
 
 
-def field_backbone(cfg: BackboneConfig, spec: TaskSpec, n_times: int = 1) -> nn.Module:
+class IgnoreCond(nn.Module):
+    """Wraps an unconditional backbone so callers may pass the task's ``cond`` anyway
+    (zero-shot tasks: the condition is constraint data the network never sees)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: Tensor, times: Tensor | float, cond: Tensor | None = None) -> Tensor:
+        return self.net(x, times, None)
+
+
+def field_backbone(cfg: BackboneConfig, spec: TaskSpec, n_times: int = 1,
+                   conditioned: bool | None = None) -> nn.Module:
     """A backbone mapping the task's fields to fields of the same shape (a velocity,
-    denoiser or x0-predictor), conditioned on the task's condition vector."""
-    return build_backbone(cfg, in_channels=spec.channels, out_channels=spec.channels,
-                          spatial_shape=spec.spatial_shape, n_times=n_times,
-                          cond_dim=spec.cond_dim)
+    denoiser or x0-predictor), conditioned on the task's condition vector unless
+    ``conditioned`` is False (default: False exactly for ``spec.zero_shot`` tasks)."""
+    if conditioned is None:
+        conditioned = not spec.zero_shot
+    net = build_backbone(cfg, in_channels=spec.channels, out_channels=spec.channels,
+                         spatial_shape=spec.spatial_shape, n_times=n_times,
+                         cond_dim=spec.cond_dim if conditioned else 0)
+    return net if conditioned or spec.cond_dim == 0 else IgnoreCond(net)
