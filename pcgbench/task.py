@@ -54,6 +54,10 @@ class TaskSpec:
     #: constrained-generation protocol): the shared flow backbones are trained without
     #: it and the sampling-time methods impose it through the task's constraints
     zero_shot: bool = False
+    #: > 0: field-shaped conditions, ``FieldData.cond`` is [N, cond_channels, *spatial]
+    #: (e.g. an upsampled observation); the shared backbones concatenate them to their
+    #: input channels (:func:`pcgbench.backbones.field_backbone`); ``cond_dim`` is then 0
+    cond_channels: int = 0
 
     @property
     def channels(self) -> int:
@@ -176,6 +180,18 @@ class Task(ABC):
                 f"task {self.name!r} has no chart {key!r}; available: {', '.join(charts)}"
             )
         return charts[key]()
+
+    def generation_work(self, params: Any) -> float:
+        """Solver work of generating every split with ``params``, in task-specific units
+        proportional to run time (default: the number of rows; a task whose cost is not
+        linear in its rows overrides this).  ``benchmarks/data_generation.py`` uses it to
+        extrapolate the time of a full generation from a reduced probe."""
+        return float(sum(getattr(params, f"n_{s}", 0) for s in SPLITS))
+
+    def generation_probe(self) -> Any:
+        """Reduced parameters, same grid and physics, for a short timing probe (default:
+        the task's own parameters, i.e. time the full generation)."""
+        return self.params
 
     # -- data ---------------------------------------------------------------------
     def dataset(self, split: str) -> FieldData:

@@ -38,6 +38,7 @@ with the paper's index split instead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -173,6 +174,10 @@ class BurgersTask(Task):
         if preset == "smoke":
             return BurgersParams(nx=32, nt=11, n_internal=256, n_train=64, n_val=16, n_test=16)
         return BurgersParams()
+
+    def generation_probe(self) -> BurgersParams:
+        """Sixteen samples per split (the batched solver's cost is linear in rows)."""
+        return dataclasses.replace(self.params, n_train=16, n_val=16, n_test=16)
 
     @property
     def spec(self) -> TaskSpec:

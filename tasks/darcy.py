@@ -34,6 +34,7 @@ split sizes; PIDM's generator has no fixed count).  ``cpu``: 32 x 32, 64 modes,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,10 @@ class DarcyTask(Task):
             return DarcyParams(n=16, kl_modes=32, chart_iters=64, n_train=64, n_val=16,
                                n_test=16)
         return DarcyParams()
+
+    def generation_probe(self) -> DarcyParams:
+        """Eight samples per split: one sparse direct solve per sample, linear in rows."""
+        return dataclasses.replace(self.params, n_train=8, n_val=8, n_test=8)
 
     @property
     def spec(self) -> TaskSpec:

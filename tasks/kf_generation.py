@@ -35,6 +35,7 @@ have divergence at round-off), Laplacians ``F^-1 (-|k|^2) F`` with the full wave
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -123,6 +124,17 @@ class KFGenerationTask(Task):
             return KFGenerationParams(n=16, n_solver=48, n_traj=4, snaps_per_traj=8,
                                       n_traj_test=2)
         return KFGenerationParams()
+
+    def generation_work(self, params: KFGenerationParams) -> float:
+        """Trajectory-time units (pool and test trajectories: spin-up + recorded window)."""
+        p = params
+        return float((p.n_traj + p.n_traj_test)
+                     * (p.spinup + (p.snaps_per_traj - 1) * p.snap_interval))
+
+    def generation_probe(self) -> KFGenerationParams:
+        """Same grids, physics and spin-up; two pool trajectories and one test trajectory
+        of 4 snapshots."""
+        return dataclasses.replace(self.params, n_traj=2, snaps_per_traj=4, n_traj_test=1)
 
     @property
     def spec(self) -> TaskSpec:

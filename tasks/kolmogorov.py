@@ -55,6 +55,7 @@ the spectral divergence, flattened (linear).  Chart ``streamfunction`` (default)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -243,6 +244,23 @@ class KolmogorovTask(Task):
                 traj_val=1, snaps_val=2, traj_test=2, snaps_test=4,
             )
         return KolmogorovParams()
+
+    def generation_work(self, params: KolmogorovParams) -> float:
+        """Trajectory-time units: every trajectory is simulated for the spin-up plus its
+        recorded window, at the CFL step of the solver grid."""
+        p = params
+        per = {"train": (p.n_re_train, p.traj_train, p.snaps_train),
+               "val": (p.n_re_train, p.traj_val, p.snaps_val),
+               "test": (p.n_re_test, p.traj_test, p.snaps_test)}
+        return float(sum(n_re * traj * (p.spinup + (snaps - 1) * p.snap_interval)
+                         for n_re, traj, snaps in per.values()))
+
+    def generation_probe(self) -> KolmogorovParams:
+        """Same grids, physics and spin-up; 2 training Re (the extremes) and 1 held-out Re,
+        one trajectory of 2 snapshots each."""
+        return dataclasses.replace(self.params, n_re_train=2, n_re_test=1, traj_train=1,
+                                   snaps_train=2, traj_val=1, snaps_val=2, traj_test=1,
+                                   snaps_test=2)
 
     @property
     def spec(self) -> TaskSpec:
