@@ -30,8 +30,9 @@ The configurations run one after another, so slowly varying background load on a
 machine can bias individual rows; ``--rounds R`` repeats the whole sweep and reports the
 median over rounds of each configuration's time and memory.  The printed header says which
 device and preset.
-PCFT (``--methods ... pcft``): an update is a full 100-step SDE rollout, a 100-step
-adjoint and ~40 matched-drift terms, so it gets its own, smaller count
+PCFT (``--methods ... pcft``): an update is a full SDE rollout, an adjoint of the same
+number of steps and the matched-drift terms (100 steps and ~40 terms at ``paper``, 20
+and ~12 at ``cpu``), so it gets its own, smaller count
 (``--pcft-warmup`` 1 + ``--pcft-updates`` 3); its base model is by default an *untrained*
 FM-OT of the same backbone, since the cost of an update does not depend on the weights
 (``--pcft-base cached`` loads or fits the real FM-OT checkpoint first).
