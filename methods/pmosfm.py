@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pcgbench.backbones import BackboneConfig, build_backbone
+from pcgbench.backbones import BackboneConfig, conditioned_backbone
 from pcgbench.charts.base import Chart, gauss_newton_encode
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
@@ -106,9 +106,11 @@ class PMosFM(Method):
             bb = BackboneConfig(kind="mlp", width=max(4 * config.backbone.width, 64),
                                 layers=3, embed_dim=config.backbone.embed_dim)
             channels, spatial = coord_shape[0], ()
-        self.net = build_backbone(bb, in_channels=channels, out_channels=channels,
-                                  spatial_shape=tuple(spatial), n_times=2,
-                                  cond_dim=spec.cond_dim).to(self.device)
+        # the task's condition: a vector embedded with the times, or observation fields
+        # concatenated to the chart coordinates (TaskSpec.cond_channels)
+        self.net = conditioned_backbone(bb, spec, in_channels=channels, out_channels=channels,
+                                        spatial_shape=tuple(spatial), n_times=2
+                                        ).to(self.device)
         self.u = self.counted(self.net)
         self.geometry: Geometry = IdentityGeometry()
         self.whitening = InputWhitening(config.whitening)
@@ -182,7 +184,9 @@ class PMosFM(Method):
         return num / max(den, 1e-300)
 
     def _whiten_cond(self, cond: torch.Tensor | None) -> torch.Tensor | None:
-        if cond is not None and cond.shape[1] == 1:
+        """The condition the whitening is binned on: a scalar vector condition only
+        (field-shaped conditions -> pooled statistics)."""
+        if cond is not None and self.task.spec.cond_channels == 0 and cond.shape[1] == 1:
             return cond
         return None
 

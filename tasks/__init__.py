@@ -4,5 +4,6 @@ from pcgbench.tasks import (  # noqa: F401
     burgers,
     darcy,
     kf_generation,
+    kf_reconstruction,
     kolmogorov,
 )

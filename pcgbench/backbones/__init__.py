@@ -4,7 +4,10 @@ Every built module has ``forward(x, times, cond=None)`` with ``x`` [B, in_channe
 *spatial_shape], ``times`` [B, n_times] in [0, 1] and ``cond`` [B, cond_dim] (required when
 ``cond_dim > 0``), and returns [B, out_channels, *spatial_shape].  Builders are looked up in
 :data:`BACKBONES`; third-party packages add more through the ``pcgbench.backbones``
-entry-point group or ``@BACKBONES.register("name")``.
+entry-point group or ``@BACKBONES.register("name")``.  Field-shaped conditions
+(``TaskSpec.cond_channels > 0``, ``cond`` [B, cond_channels, *spatial_shape]) are handled
+by :func:`conditioned_backbone` / :func:`field_backbone`: concatenated to the input
+channels (:class:`FieldCondInput`), not embedded.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor, nn
 
 from pcgbench.errors import PcgError
@@ -66,7 +70,8 @@ def build_backbone(
     return builder(cfg, in_channels, out_channels, shape, n_times, cond_dim)
 
 
-__all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "build_backbone"]
+__all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "FieldCondInput",
+           "build_backbone", "conditioned_backbone", "field_backbone"]
 
 
 class IgnoreCond(nn.Module):
@@ -81,14 +86,61 @@ class IgnoreCond(nn.Module):
         return self.net(x, times, None)
 
 
+class FieldCondInput(nn.Module):
+    """Field-shaped conditions as extra input channels: ``forward(x, times, cond)`` =
+    ``net(cat([x, cond], dim=1), times)`` with ``cond`` [B or 1, cond_channels,
+    *spatial] on x's grid; the time embedding gets no vector condition."""
+
+    def __init__(self, net: nn.Module, cond_channels: int):
+        super().__init__()
+        self.net = net
+        self.cond_channels = int(cond_channels)
+
+    def forward(self, x: Tensor, times: Tensor | float, cond: Tensor | None = None) -> Tensor:
+        if cond is None:
+            raise PcgError(f"backbone needs a field condition [B, {self.cond_channels}, "
+                           f"{', '.join(map(str, x.shape[2:]))}], got None")
+        c = cond.to(x)
+        if c.shape[0] == 1 and x.shape[0] != 1:
+            c = c.expand(x.shape[0], *c.shape[1:])
+        if tuple(c.shape) != (x.shape[0], self.cond_channels, *x.shape[2:]):
+            raise PcgError(f"backbone expects a field condition of shape "
+                           f"{[x.shape[0], self.cond_channels, *x.shape[2:]]}, "
+                           f"got {list(cond.shape)}")
+        return self.net(torch.cat([x, c], dim=1), times, None)
+
+
+def conditioned_backbone(cfg: BackboneConfig, spec: TaskSpec, *, in_channels: int,
+                         out_channels: int, spatial_shape: tuple[int, ...], n_times: int = 1,
+                         conditioned: bool = True) -> nn.Module:
+    """A backbone on fields ``[B, in_channels, *spatial_shape]`` that takes the task's
+    condition: a vector ``cond`` [B, cond_dim] is embedded with the times; field-shaped
+    conditions (``spec.cond_channels > 0``) are concatenated to the input channels
+    (:class:`FieldCondInput`, so ``spatial_shape`` must be the task's grid).  With
+    ``conditioned=False`` the condition is accepted and ignored (:class:`IgnoreCond`)."""
+    field_cond = spec.cond_channels if conditioned else 0
+    if field_cond and tuple(spatial_shape) != tuple(spec.spatial_shape):
+        raise PcgError(f"task {spec.name!r} has field-shaped conditions on the grid "
+                       f"{tuple(spec.spatial_shape)}; a backbone on {tuple(spatial_shape)} "
+                       "cannot take them")
+    net = build_backbone(cfg, in_channels=in_channels + field_cond, out_channels=out_channels,
+                         spatial_shape=spatial_shape, n_times=n_times,
+                         cond_dim=spec.cond_dim if conditioned else 0)
+    if field_cond:
+        return FieldCondInput(net, field_cond)
+    if conditioned or (spec.cond_dim == 0 and spec.cond_channels == 0):
+        return net
+    return IgnoreCond(net)
+
+
 def field_backbone(cfg: BackboneConfig, spec: TaskSpec, n_times: int = 1,
                    conditioned: bool | None = None) -> nn.Module:
     """A backbone mapping the task's fields to fields of the same shape (a velocity,
-    denoiser or x0-predictor), conditioned on the task's condition vector unless
-    ``conditioned`` is False (default: False exactly for ``spec.zero_shot`` tasks)."""
+    denoiser or x0-predictor), conditioned on the task's condition (vector or field, see
+    :func:`conditioned_backbone`) unless ``conditioned`` is False (default: False exactly
+    for ``spec.zero_shot`` tasks)."""
     if conditioned is None:
         conditioned = not spec.zero_shot
-    net = build_backbone(cfg, in_channels=spec.channels, out_channels=spec.channels,
-                         spatial_shape=spec.spatial_shape, n_times=n_times,
-                         cond_dim=spec.cond_dim if conditioned else 0)
-    return net if conditioned or spec.cond_dim == 0 else IgnoreCond(net)
+    return conditioned_backbone(cfg, spec, in_channels=spec.channels,
+                                out_channels=spec.channels, spatial_shape=spec.spatial_shape,
+                                n_times=n_times, conditioned=conditioned)
