@@ -225,11 +225,12 @@ def gauss_newton_encode(
 
 
 def batch_cond(cond: Cond, batch: int) -> Cond:
-    """Repeat a single condition row to ``batch`` rows (helper for probing)."""
+    """Repeat a single condition row (a vector or a field) to ``batch`` rows (helper for
+    probing)."""
     if cond is None:
         return None
     cond = cond.reshape(1, -1) if cond.ndim <= 1 else cond
-    return cond.expand(batch, -1) if cond.shape[0] == 1 else cond
+    return cond.expand(batch, *cond.shape[1:]) if cond.shape[0] == 1 else cond
 
 
 CondFn = Callable[[Tensor | None], Tensor]
