@@ -6,6 +6,7 @@ from pcgbench.methods import (  # noqa: F401
     dflow,
     diffusionpde,
     eci,
+    ffm,
     fm_ot,
     pbfm,
     pcfm,

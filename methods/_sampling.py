@@ -1,11 +1,14 @@
 """Shared pieces of the sampling-time methods (PCFM, ECI, DiffusionPDE, D-Flow, CoCoGen).
 
-All of them reuse the shared pretrained FM-OT backbone (``Method.pretrained("fm_ot")``,
-trained once per task/preset/seed and cached by the harness) and only change how it is
-integrated.  Conventions (as in :mod:`pcgbench.methods.fm_ot`):
+All of them reuse the shared pretrained backbone (``Method.shared_backbone()``: FM-OT,
+or FFM on zero-shot constrained-PDE tasks, the protocol's common backbone; loaded with
+``Method.pretrained``, trained once per task/preset/seed and cached by the harness) and
+only change how it is integrated.  Conventions (as in :mod:`pcgbench.methods.fm_ot`):
 
-* state ``z`` in NORMALIZED units, path ``z_t = (1 - t) z0 + t z1``, ``z0 ~ N(0, I)``,
-  velocity ``v(z, t[B, 1], cond)``; Euler grid ``t_k = k / n``;
+* state ``z`` in NORMALIZED units, path ``z_t = (1 - t) z0 + t z1``, ``z0`` the
+  backbone's source (``sample_source``: N(0, I) for FM-OT, the GP prior for FFM; every
+  draw of source noise below goes through ``noise``), velocity ``v(z, t[B, 1], cond)``;
+  Euler grid ``t_k = k / n``;
 * constraints ``h(x, cond) -> [N, k]`` and the evaluator residual act on PHYSICAL fields
   ``x = normalizer.decode(z)``; gradients and Jacobians flow back through the affine
   normalizer, so every projection below is orthogonal in normalized units (for a
@@ -171,13 +174,14 @@ def apply_projector(P: Tensor, z: Tensor, r: Tensor) -> Tensor:
 
 # -- the shared backbone ---------------------------------------------------------------------
 class BackboneSampler(Method):
-    """Base of the sampling-time methods on the shared pretrained FM-OT backbone.
+    """Base of the sampling-time methods on the shared pretrained backbone
+    (``shared_backbone()``: ``fm_ot``, or ``ffm`` on zero-shot tasks).
 
-    ``fit`` loads (or trains once and caches) ``fm_ot`` for this task/preset/seed through
-    the harness and performs no update of its own: it returns an empty
+    ``fit`` loads (or trains once and caches) the backbone for this task/preset/seed
+    through the harness and performs no update of its own: it returns an empty
     :class:`FitStats` (no update seconds, no losses; ``extra`` names the backbone), so
-    the record's training time is the backbone's, reported in the ``fm_ot`` record.
-    ``state_dict`` is empty: the backbone is cached as ``fm_ot``'s own checkpoint and is
+    the record's training time is the backbone's, reported in the backbone's record.
+    ``state_dict`` is empty: the backbone is cached as its own method's checkpoint and is
     re-attached by ``load_state_dict``.
     """
 
@@ -193,7 +197,7 @@ class BackboneSampler(Method):
         if self.backbone is None:
             if self.context.preset != self.task.preset:  # outside the runner
                 self.context = dataclasses.replace(self.context, preset=self.task.preset)
-            bb = self.pretrained("fm_ot")
+            bb = self.pretrained(self.shared_backbone())
             # count every network call of the backbone into this method's counter
             bb.nfe = self.nfe
             bb.velocity = bb.counted(bb.net)
@@ -212,7 +216,7 @@ class BackboneSampler(Method):
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         self.attach_backbone()
-        return FitStats(extra={"backbone": "fm_ot"})
+        return FitStats(extra={"backbone": self.shared_backbone()})
 
     def state_dict(self) -> dict:
         return {}
@@ -232,10 +236,11 @@ class BackboneSampler(Method):
         return bb.velocity(z, t, cond)
 
     def noise(self, n: int, generator: torch.Generator) -> Tensor:
-        """Standard normal source in normalized units (drawn in float32 on the CPU
-        generator so that float32/float64 runs share the same draw)."""
-        shape = (n, *self.task.spec.field_shape)
-        return torch.randn(shape, generator=generator).to(self.device, self.dtype)
+        """The backbone's source distribution in normalized units (``sample_source``:
+        N(0, I) for FM-OT, the GP prior for FFM), drawn in float32 from the CPU generator
+        so that float32/float64 runs share the same draw."""
+        bb = self.backbone if self.backbone is not None else self.attach_backbone()
+        return bb.sample_source(n, generator).to(self.device, self.dtype)
 
     def prepare_cond(self, cond: Cond) -> Cond:
         return None if cond is None else cond.to(self.device, self.dtype)

@@ -59,12 +59,13 @@ def ot_pair(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def euler_sample(method: Method, cond: torch.Tensor | None, n: int,
-                 generator: torch.Generator) -> torch.Tensor:
-    """Explicit Euler from N(0, I) at t = 0 to t = 1 with ``method.config.steps`` uniform
-    steps of ``method.velocity`` (normalized units), decoded to physical units.  Shared by
-    every flow-matching method whose sampler is plain Euler (FM-OT, PBFM, PCFT)."""
+                 generator: torch.Generator, x0: torch.Tensor | None = None) -> torch.Tensor:
+    """Explicit Euler from the source ``x0`` (default N(0, I)) at t = 0 to t = 1 with
+    ``method.config.steps`` uniform steps of ``method.velocity`` (normalized units),
+    decoded to physical units.  Shared by every flow-matching method whose sampler is
+    plain Euler (FM-OT, FFM, PBFM, PCFT)."""
     shape = (n, *method.task.spec.field_shape)
-    x = torch.randn(shape, generator=generator).to(method.device)
+    x = torch.randn(shape, generator=generator).to(method.device) if x0 is None else x0
     steps = method.config.steps
     for k in range(steps):
         t = torch.full((n, 1), k / steps, device=method.device)
@@ -95,7 +96,7 @@ class FMOT(Method):
         def loss(step: int) -> torch.Tensor:
             idx = batch_indices(len(z), cfg.batch_size, gen).to(self.device)
             x1 = z[idx]
-            x0 = torch.randn(x1.shape, generator=gen).to(self.device)
+            x0 = self.sample_source(len(x1), gen)
             if cfg.ot_coupling:
                 x0 = ot_pair(x0, x1)
             t = torch.rand(len(x1), 1, generator=gen).to(self.device)
@@ -110,7 +111,15 @@ class FMOT(Method):
         self.net.eval()
         return stats
 
+    def sample_source(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """n draws [n, C, *spatial] of the source distribution in normalized units on
+        ``self.device``: N(0, I), drawn in float32 on the CPU ``generator`` (FFM overrides
+        it with its Gaussian-process prior; the sampling-time methods draw their source
+        noise through this hook)."""
+        shape = (n, *self.task.spec.field_shape)
+        return torch.randn(shape, generator=generator).to(self.device)
+
     @torch.no_grad()
     def sample(self, cond: torch.Tensor | None, n: int, generator: torch.Generator
                ) -> torch.Tensor:
-        return euler_sample(self, cond, n, generator)
+        return euler_sample(self, cond, n, generator, x0=self.sample_source(n, generator))

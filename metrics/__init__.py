@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from . import distribution, ensemble, moments, reconstruction, residual, spectral  # noqa: F401
+from . import (  # noqa: F401
+    constraint_error,
+    distribution,
+    ensemble,
+    feature_distance,
+    moments,
+    reconstruction,
+    residual,
+    spectral,
+)
 from .distribution import finite_rows, js_divergence, nonfinite_fraction, wasserstein1
 from .moments import energy_distance, mmse, smse
 from .residual import residual_error

@@ -1,14 +1,25 @@
 """Moment and sample-set metrics: ``mmse``, ``smse`` (ECI / FFM pointwise statistics) and
-the ``energy`` distance between flattened fields."""
+the ``energy`` distance between flattened fields.
+
+Tasks with ``group_statistics_by_cond = True`` (the constrained-PDE suite, whose test and
+val splits are G fixed conditions x M draws each) get MMSE/SMSE per condition group,
+averaged over groups (:func:`grouped_statistic`); every other task keeps the pooled
+statistics."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from pcgbench.errors import PcgError
 from pcgbench.metric import Metric, MetricContext
 from pcgbench.registry import METRICS
 
-from .distribution import check_pair, finite_rows
+from .distribution import check_pair, finite_mask, finite_rows
+
+#: reference rows match a group's condition when max|c_ref - c| <= COND_TOL (1 + max|c|)
+COND_TOL = 1e-6
 
 ENERGY_MAX_SAMPLES = 1000  # first 1000 samples of each set
 ENERGY_REFINE = 100_000  # most near-coincident pairs recomputed exactly
@@ -38,6 +49,40 @@ def smse(samples: torch.Tensor, reference: torch.Tensor) -> float:
     sx = x.std(dim=0, correction=0)
     sy = y.std(dim=0, correction=0)
     return float(((sy - sx) ** 2).mean())
+
+
+def grouped_statistic(stat: Callable[[torch.Tensor, torch.Tensor], float],
+                      samples: torch.Tensor, reference: torch.Tensor,
+                      cond: torch.Tensor | None, reference_cond: torch.Tensor | None) -> float:
+    """``stat`` (e.g. :func:`mmse`) within each group of identical condition rows of the
+    samples, against the reference rows with the same condition (within COND_TOL),
+    averaged over groups with equal weights.  Non-finite sample / reference rows are
+    dropped with their conditions first (NaN if no row is left on either side).  A group
+    with no reference row of its condition is a PcgError."""
+    check_pair(samples, reference)
+    if cond is None or reference_cond is None:
+        raise PcgError("per-condition MMSE/SMSE need the conditions of both sample sets")
+    if cond.shape[0] != samples.shape[0] or reference_cond.shape[0] != reference.shape[0]:
+        raise PcgError("per-condition MMSE/SMSE: condition rows do not match the samples")
+    ms, mr = finite_mask(samples), finite_mask(reference)
+    x, y = samples[ms], reference[mr]
+    c = cond[ms].detach().reshape(int(ms.sum()), -1).to(torch.float64)
+    cr = reference_cond[mr].detach().reshape(int(mr.sum()), -1).to(torch.float64)
+    if x.shape[0] == 0 or y.shape[0] == 0:
+        return float("nan")
+    keys, inverse = torch.unique(c, dim=0, return_inverse=True)
+    values = []
+    for g, key in enumerate(keys):
+        match = (cr - key).abs().amax(dim=1) <= COND_TOL * (1.0 + float(key.abs().max()))
+        if not bool(match.any()):
+            raise PcgError(f"per-condition MMSE/SMSE: no reference row has the condition of "
+                           f"sample group {g} ({keys.shape[0]} groups)")
+        values.append(stat(x[inverse == g], y[match]))
+    return float(torch.tensor(values, dtype=torch.float64).mean())
+
+
+def _by_cond(ctx: MetricContext) -> bool:
+    return bool(getattr(ctx.task, "group_statistics_by_cond", False))
 
 
 def _pair_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -75,23 +120,30 @@ def energy_distance(samples: torch.Tensor, reference: torch.Tensor) -> float:
 
 @METRICS.register("mmse")
 class MMSEMetric(Metric):
-    """MMSE = mean_{c,grid} (mean_n ref - mean_n gen)^2 (ECI definition)."""
+    """MMSE = mean_{c,grid} (mean_n ref - mean_n gen)^2 (ECI definition); per condition
+    group and averaged over groups when the task sets ``group_statistics_by_cond``."""
 
     higher_is_better = False
     description = "MSE of the pointwise sample mean (reference vs generated)"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
+        if _by_cond(ctx):
+            return grouped_statistic(mmse, samples, reference, ctx.cond, ctx.reference_cond)
         return mmse(samples, reference)
 
 
 @METRICS.register("smse")
 class SMSEMetric(Metric):
-    """SMSE = mean_{c,grid} (std_n ref - std_n gen)^2, population std (ddof = 0)."""
+    """SMSE = mean_{c,grid} (std_n ref - std_n gen)^2, population std (ddof = 0); per
+    condition group and averaged over groups when the task sets
+    ``group_statistics_by_cond``."""
 
     higher_is_better = False
     description = "MSE of the pointwise sample std (population, ddof=0)"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
+        if _by_cond(ctx):
+            return grouped_statistic(smse, samples, reference, ctx.cond, ctx.reference_cond)
         return smse(samples, reference)
 
 

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["md", "latex", "csv"], default="md")
     p.add_argument("--no-reported", action="store_true",
                    help="omit the paper's reported values")
+    p.add_argument("--suite", default=None, choices=["constrained_pde"],
+                   help="one table of a task suite in the paper's layout (rows dataset x "
+                   "metric, columns methods)")
 
     p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
     _add_common(p)
@@ -147,6 +150,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
     from pcgbench.storage import results_dir
 
     root = results_dir(args.results)
+    if args.suite is not None:
+        from pcgbench.leaderboard.suite import render_suite
+
+        if args.task is not None:
+            raise PcgError("--suite and --task are exclusive: a suite table covers its tasks")
+        print(render_suite(load_records(root), args.suite, args.format, args.preset,
+                           reported=not args.no_reported))
+        return
     groups = group_records(load_records(root))
     if args.task is not None:
         TASKS.get(args.task)  # unknown task -> did-you-mean error

@@ -66,6 +66,11 @@ class Method(ABC):
     description: ClassVar[str] = ""
     #: capabilities needed from the task: "chart", "constraints", "linear_constraints"
     requires: ClassVar[frozenset[str]] = frozenset()
+    #: the shared pretrained flow backbone (``pretrained``) of sampling-time methods, and
+    #: the one on zero-shot constrained-PDE tasks (the protocol's common FFM backbone,
+    #: REFERENCES.md "Constrained-PDE suite"); see ``shared_backbone``
+    default_backbone: ClassVar[str] = "fm_ot"
+    zero_shot_backbone: ClassVar[str] = "ffm"
 
     def __init__(self, task: Task, config: MethodConfig, device: torch.device | str = "cpu"):
         self.task = task
@@ -112,6 +117,11 @@ class Method(ABC):
         from pcgbench.runner import load_or_fit
 
         return load_or_fit(self.task, method_name, self.context, self.device)
+
+    def shared_backbone(self) -> str:
+        """Name of the shared backbone method for this task: ``zero_shot_backbone`` when
+        ``task.spec.zero_shot``, else ``default_backbone``."""
+        return self.zero_shot_backbone if self.task.spec.zero_shot else self.default_backbone
 
     def _owned_modules(self) -> dict[str, nn.Module]:
         # CountedNetwork wrappers only view a module held under another attribute
