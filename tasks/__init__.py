@@ -6,4 +6,5 @@ from pcgbench.tasks import (  # noqa: F401
     kf_generation,
     kf_reconstruction,
     kolmogorov,
+    navier_stokes,
 )
