@@ -3,8 +3,10 @@
 from pcgbench.tasks import (  # noqa: F401
     burgers,
     darcy,
+    heat,
     kf_generation,
     kf_reconstruction,
     kolmogorov,
     navier_stokes,
+    reaction_diffusion_ic,
 )

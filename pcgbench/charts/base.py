@@ -185,12 +185,17 @@ def decoder_certificates(
     dims = tuple(range(1, y.ndim))
     sigma2 = torch.zeros(b, dtype=y.dtype, device=y.device)
     for _ in range(power_iters):
-        v = v / v.square().sum(dims, keepdim=True).sqrt().clamp_min(1e-300)
+        v = v / v.square().sum(dims, keepdim=True).sqrt().clamp_min(_tiny(v))
         _, jv = torch.func.jvp(f, (y,), (v,))
         g = vjp_fn(jv)[0]
         sigma2 = (g * v).sum(dims)
         v = g.detach() + 1e-30 * v
     return {"eps_dec": eps, "delta_dec": float(sigma2.clamp_min(0).sqrt().max())}
+
+
+def _tiny(t: Tensor) -> float:
+    """Smallest positive normal number of ``t``'s dtype (1e-300 is 0 in float32)."""
+    return torch.finfo(t.dtype).tiny
 
 
 def _bdot(a: Tensor, b: Tensor) -> Tensor:
@@ -214,11 +219,11 @@ def gauss_newton_encode(
         rr = _bdot(res, res)
         for _ in range(cg_iters):
             gp = chart.pullback_matvec(y, p, cond)
-            alpha = rr / _bdot(p, gp).clamp_min(1e-300)
+            alpha = rr / _bdot(p, gp).clamp_min(_tiny(rr))
             d = d + alpha * p
             res = res - alpha * gp
             rr_new = _bdot(res, res)
-            p = res + rr_new / rr.clamp_min(1e-300) * p
+            p = res + rr_new / rr.clamp_min(_tiny(rr)) * p
             rr = rr_new
         y = (y + d).detach()
     return y
