@@ -2,6 +2,8 @@
 
 from pcgbench.tasks import (  # noqa: F401
     burgers,
+    burgers_bc,
+    burgers_ic,
     darcy,
     heat,
     kf_generation,
