@@ -69,6 +69,12 @@ from pcgbench.task import FieldData, Task, TaskSpec
 if TYPE_CHECKING:
     from pcgbench.preconditioning import Geometry
 
+#: step halvings of the `gauss_newton` charts' residual-decrease safeguard: undamped GN
+#: diverges from unit-noise coordinates on the Godunov constraint (docs/constrained_pde_suite.md)
+GN_BACKTRACK = 8
+#: Levenberg-Marquardt coefficient of those charts (J loses rank far from the data)
+GN_LM = 1e-4
+
 
 @dataclass(frozen=True)
 class BurgersSuiteParams:

@@ -33,6 +33,8 @@ from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 from pcgbench.task import Constraint
 from pcgbench.tasks._burgers_suite import (
+    GN_BACKTRACK,
+    GN_LM,
     BurgersSuiteTask,
     InflowOutflowChart,
     MassShiftChart,
@@ -80,6 +82,6 @@ class BurgersBCTask(BurgersSuiteTask):
             "shift": lambda: MassShiftChart(self.bc_chart(), p, 1),
             "gauss_newton": lambda: GaussNewtonChart(
                 mass_constraint(p), (1, p.nt, p.nx), base_chart=self.bc_chart(),
-                iters=p.gn_iters),
+                iters=p.gn_iters, backtrack=GN_BACKTRACK, lm=GN_LM),
             "bc": self.bc_chart,
         }

@@ -40,6 +40,8 @@ from pcgbench.registry import TASKS
 from pcgbench.solvers.godunov import interior_step
 from pcgbench.task import Constraint
 from pcgbench.tasks._burgers_suite import (
+    GN_BACKTRACK,
+    GN_LM,
     BurgersSuiteParams,
     BurgersSuiteTask,
     MassShiftChart,
@@ -168,6 +170,6 @@ class BurgersICTask(BurgersSuiteTask):
             "shift": lambda: MassShiftChart(GodunovStartChart(p), p, p.godunov_steps + 1),
             "gauss_newton": lambda: GaussNewtonChart(
                 self.projection_constraint(), (1, p.nt, p.nx), base_chart=self.ic_chart(),
-                iters=p.gn_iters),
+                iters=p.gn_iters, backtrack=GN_BACKTRACK, lm=GN_LM),
             "ic": self.ic_chart,
         }

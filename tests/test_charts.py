@@ -352,3 +352,27 @@ def test_solver_decoder_residual_decreases_with_K() -> None:
     fs, vs = f[:, :, :4, :4], v[:, :, :4, :4]
     assert torch.allclose(small.pullback_matvec(fs, vs), _explicit_pullback(small, fs, None, vs),
                           atol=1e-10)
+
+
+def _atan_sum(x: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
+    return torch.atan(x.reshape(x.shape[0], -1).sum(1, keepdim=True))
+
+
+def test_gauss_newton_backtracking_stops_overshoot() -> None:
+    """Newton on atan(s) = 0 diverges from |s| > 1.39 (each step overshoots); the
+    backtracking safeguard keeps ||h|| monotone and converges to s = 0."""
+    y = torch.full((3, 1, 4), 0.75, dtype=F64) * torch.tensor([1.0, -1.0, 0.5],
+                                                                 dtype=F64)[:, None, None]
+    plain = GaussNewtonChart(_atan_sum, (1, 4), iters=4).decode(y)
+    assert plain[:2].sum(dim=(1, 2)).abs().min() > 10.0  # |s| = 3 -> diverges
+    chart = GaussNewtonChart(_atan_sum, (1, 4), iters=30, backtrack=6)
+    x = chart.decode(y)
+    assert chart.residual(x).abs().max() <= 1e-12
+    u = y.reshape(3, -1)
+    norms = []
+    for _ in range(6):  # residual never increases along the iterations
+        u, _ = GaussNewtonChart(_atan_sum, (1, 4), iters=1, backtrack=6).project(u)
+        norms.append(float(_atan_sum(u, None).abs().max()))
+    assert all(b <= a for a, b in zip(norms, norms[1:], strict=False))
+    with pytest.raises(ValueError, match="backtrack"):
+        GaussNewtonChart(_atan_sum, (1, 4), backtrack=-1)

@@ -31,6 +31,16 @@ class GaussNewtonChart(Chart):
     Euclidean u-metric equals M when the base chart's pullback is I, e.g. an
     orthonormal AffineNullSpaceChart).  ``residual`` = [base residual, h].
 
+    Safeguards (ours; off by default): ``lm > 0`` adds the Levenberg-Marquardt damping
+    lambda = damping + lm ||h||^2 per sample (Yamashita-Fukushima: it vanishes at a
+    solution, so the local rate is kept, and J J^T + lambda I stays invertible where J
+    loses rank away from the data); ``backtrack = k > 0`` tries the step lengths
+    1, 1/2, ..., 2^-k per sample and keeps the one with the smallest ||h||, falling back
+    to no step when none decreases it, so ||h|| never increases.  Undamped GN from
+    coordinates far from the data can overshoot and diverge (e.g. the burgers_ic Godunov
+    constraint from unit noise); with backtracking the residual is monotone.  The choice
+    is piecewise constant, so gradients flow through the selected step.
+
     Approximate decoder: :meth:`diagnostics` reports the certificates of paper Eq.
     app-decoder-certificates, eps_dec = max ||R_h(chi(y), c)||_2 and
     delta_dec = max ||D_y[R_h o chi](y)||_2 over the batch, plus ``gn_step``, the norm of
@@ -46,12 +56,17 @@ class GaussNewtonChart(Chart):
         damping: float = 1e-12,
         weights: Tensor | float | None = None,
         tolerance: float | None = None,
+        backtrack: int = 0,
+        lm: float = 0.0,
     ):
+        if backtrack < 0:
+            raise ValueError(f"GaussNewtonChart: backtrack must be >= 0, got {backtrack}")
         coord_shape = base_chart.coord_shape if base_chart is not None else field_shape
         super().__init__(coord_shape, field_shape, weights)
         self.h, self.base_chart = h, base_chart
         self.iters, self.damping = int(iters), float(damping)
         self.tolerance = 0.0 if tolerance is None else float(tolerance)
+        self.backtrack, self.lm = int(backtrack), float(lm)
 
     def _lift(self, u: Tensor, cond: Cond) -> Tensor:
         return self.base_chart.decode(u, cond) if self.base_chart is not None else u
@@ -83,11 +98,30 @@ class GaussNewtonChart(Chart):
             jac = self._jacobian(uf, cond)  # [B, k, n]
             jw = jac * w_inv  # J M^-1
             s = jw @ jac.transpose(1, 2)
-            s = s + self.damping * torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+            lam = self.damping + self.lm * r.detach().square().sum(1)  # [B]
+            s = s + lam[:, None, None] * torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
             du = (jw.transpose(1, 2) @ torch.linalg.solve(s, r.unsqueeze(-1))).squeeze(-1)
+            if self.backtrack:
+                du = self._safeguarded(uf, du, r, cond)
             step = du.detach().norm(dim=1)
             uf = uf - du
         return uf.reshape(b, *self.coord_shape), step
+
+    def _safeguarded(self, uf: Tensor, du: Tensor, r: Tensor, cond: Cond) -> Tensor:
+        """Per sample, alpha * du with alpha in {0, 1, 1/2, ..., 2^-backtrack} minimizing
+        ||h(u - alpha du)|| (alpha = 0, no step, keeps the current residual)."""
+        b = uf.shape[0]
+        alpha = torch.zeros(b, dtype=du.dtype, device=du.device)
+        with torch.no_grad():
+            best = r.norm(dim=1)
+            for j in range(self.backtrack + 1):
+                a = 2.0**-j
+                x = self._lift((uf - a * du).reshape(b, *self.coord_shape), cond)
+                res = self.h(x, cond).reshape(b, -1).norm(dim=1)
+                better = res < best
+                best = torch.where(better, res, best)
+                alpha = torch.where(better, torch.full_like(alpha, a), alpha)
+        return du * alpha[:, None]
 
     def decode(self, y: Tensor, cond: Cond = None) -> Tensor:
         return self._lift(self.project(y, cond)[0], cond)
