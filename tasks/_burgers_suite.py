@@ -67,6 +67,8 @@ from pcgbench.solvers.godunov import (
 from pcgbench.task import FieldData, Task, TaskSpec
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pcgbench.preconditioning import Geometry
 
 #: step halvings of the `gauss_newton` charts' residual-decrease safeguard: undamped GN
@@ -377,6 +379,28 @@ class BurgersSuiteTask(Task):
         x = generate_trajectories(self.params, ic, bc, progress=self.progress,
                                   desc=f"{self.name} {split}")
         return FieldData(x, self.make_cond(x, ic, bc))
+
+    def load_external(self, path: Path, split: str) -> FieldData:
+        """Read ``split`` from PCFM's HDF5 files (``u [A, B, nx, nt]``, ``ic``, ``bc``,
+        ``x``, ``t``; :mod:`pcgbench.tasks._pcfm_files`): rows ordered along the file's
+        first axis, fields transposed to ``[N, 1, nt, nx]``, ``cond`` from
+        :meth:`make_cond`.  The file grid must equal the preset's (paper: 101 x 101)."""
+        from pcgbench.tasks import _pcfm_files as pf
+
+        p = self.params
+        src = pf.split_path(path, split, self.name)
+        with pf.open_h5(src, self.name, ("u", "ic", "bc", "x", "t")) as f:
+            u = f["u"]
+            pf.check_shape(u, (None, None, p.nx, p.nt), "u", src, self.name, self.preset)
+            pf.check_span(f["x"][...], p.length, "x", src, self.name)
+            pf.check_span(f["t"][...], p.t_final, "t", src, self.name)
+            vals = {k: np.asarray(f[k][...], dtype=np.float64).reshape(-1) for k in ("ic", "bc")}
+            order = pf.pair_order(src, u.shape, vals["ic"].size, vals["bc"].size, split,
+                                  self.fixed)
+            x = pf.read_pairs(u, (1, 0))
+            a, b = u.shape[:2]
+        rows = {order[0]: np.repeat(vals[order[0]], b), order[1]: np.tile(vals[order[1]], a)}
+        return FieldData(x, self.make_cond(x, rows["ic"], rows["bc"]))
 
     # -- evaluator ----------------------------------------------------------------------
     def residual(self, x: Tensor, cond: Tensor | None = None) -> Tensor:

@@ -59,6 +59,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -243,6 +244,21 @@ class NavierStokesTask(Task):
         parts = [snapshot_residual(x[i:i + _RESIDUAL_CHUNK, 0], p.nu, p.dt_snapshot)
                  for i in range(0, x.shape[0], _RESIDUAL_CHUNK)]
         return torch.cat(parts) if parts else x.new_zeros(0, x.shape[2] - 1, *x.shape[-2:])
+
+    def load_external(self, path: Path, split: str) -> FieldData:
+        """Read ``split`` from PCFM's HDF5 files (``u [nw, nf, s, s, nt]``, ``u[..., i, j,
+        m] = w(x_i, y_j, t_m)``; :mod:`pcgbench.tasks._pcfm_files`): rows IC-major, fields
+        transposed to ``[N, 1, nt, n, n]`` (time, y, x), ``cond`` = snapshot 0 flattened.
+        The grid must equal the preset's (paper: 64^2 x 50 snapshots, t = 0..49)."""
+        from pcgbench.tasks import _pcfm_files as pf
+
+        p = self.params
+        src = pf.split_path(path, split, self.name)
+        with pf.open_h5(src, self.name, ("u",)) as f:
+            u = f["u"]
+            pf.check_shape(u, (None, None, p.n, p.n, p.nt), "u", src, self.name, self.preset)
+            x = pf.read_pairs(u, (2, 1, 0))  # (x, y, t) -> (t, y, x)
+        return FieldData(x, x[:, 0, 0].reshape(len(x), -1).clone())
 
     def residual_with_phase(self, x: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
         """Snapshot residual of ``x [N, 1, nt, n, n]`` with the forcing phases ``phi [N]``

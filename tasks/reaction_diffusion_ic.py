@@ -80,6 +80,8 @@ from pcgbench.solvers import fisher_kpp as fk
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pcgbench.preconditioning import Geometry
 
 _CHUNK = 1024  # trajectories per solver batch
@@ -265,6 +267,28 @@ class ReactionDiffusionICTask(Task):
                 bar.update(j - i)
         bar.close()
         return FieldData(out, out[:, 0, 0, :].clone())
+
+    def load_external(self, path: Path, split: str) -> FieldData:
+        """Read ``split`` from PCFM's HDF5 files (``u [N_ic, N_bc, nx, nt]``, ``x`` cell
+        centres, ``t``, attributes ``rho``/``nu``; :mod:`pcgbench.tasks._pcfm_files`):
+        rows IC-major, fields ``[N, 1, nt, nx]``, ``cond`` = the initial row (as
+        :meth:`generate`).  Grid and physics must equal the preset's (paper: 128 x 100)."""
+        from pcgbench.tasks import _pcfm_files as pf
+
+        p = self.params
+        src = pf.split_path(path, split, self.name)
+        with pf.open_h5(src, self.name, ("u", "x", "t")) as f:
+            u = f["u"]
+            pf.check_shape(u, (None, None, p.nx, p.nt), "u", src, self.name, self.preset)
+            pf.check_span(f["x"][...], 1.0 - 1.0 / p.nx, "x (cell centres)", src, self.name)
+            pf.check_span(f["t"][...], p.dt_save * (p.nt - 1), "t", src, self.name)
+            for key, want in (("rho", p.rho), ("nu", p.nu)):
+                got = f.attrs.get(key)
+                if got is not None and abs(float(got) - want) > 1e-9 * max(abs(want), 1e-30):
+                    raise PcgError(f"{self.name}: {str(src)!r} has {key} = {float(got):g}, "
+                                   f"the task uses {want:g}")
+            x = pf.read_pairs(u, (1, 0))
+        return FieldData(x, x[:, 0, 0, :].clone())
 
     # -- evaluator and constraints -----------------------------------------------------------
     def residual(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
