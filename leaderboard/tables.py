@@ -86,6 +86,39 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
     return mean, std, seeds
 
 
+#: short names accepted by ``--rows`` for the non-metric rows
+ROW_ALIASES = {"time": "time/sample [s]", "train": "train [s/update]",
+               "memory": "peak memory [MB]", "params": "parameters"}
+
+
+def select(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
+           rows: list[str] | None = None, methods: list[str] | None = None,
+           reported: pd.DataFrame | None = None
+           ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int], pd.DataFrame | None]:
+    """Keep ``rows`` (metric names or the aliases time/train/memory/params/nfe, in the
+    given order) and ``methods`` (the ``data`` column is always kept).  A row no method
+    recorded is a :class:`PcgError`; methods without records are skipped silently (a
+    table may lack some); the reported table is cut to the same rows."""
+    from pcgbench.errors import PcgError
+
+    if rows:
+        wanted = [ROW_ALIASES.get(r, r) for r in rows]
+        unknown = [r for r in wanted if r not in mean.index]
+        if unknown:
+            names = [*mean.index, *ROW_ALIASES]
+            raise PcgError(f"unknown row(s) {', '.join(unknown)}; available: "
+                           f"{', '.join(names)}")
+        mean, std = mean.loc[wanted], std.loc[wanted]
+        if reported is not None:
+            keep = [r for r in wanted if r in reported.index]
+            reported = reported.loc[keep] if keep else None
+    if methods:
+        cols = [m for m in mean.columns if m == "data" or m in methods]
+        mean, std = mean[cols], std[cols]
+        seeds = {m: seeds[m] for m in cols}
+    return mean, std, seeds, reported
+
+
 def _fmt(v: float) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"

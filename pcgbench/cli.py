@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", default=None, choices=["constrained_pde"],
                    help="one table of a task suite in the paper's layout (rows dataset x "
                    "metric, columns methods)")
+    p.add_argument("--rows", nargs="+", default=None, metavar="ROW",
+                   help="only these rows, in this order: metric names or nfe, time, train, "
+                   "memory, params (e.g. --rows re wd js nfe time)")
+    p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                   help="only these method columns (the data reference column stays)")
 
     p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
     _add_common(p)
@@ -145,6 +150,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         group_records,
         load_records,
         reported_table,
+        select,
         summary_frame,
     )
     from pcgbench.storage import results_dir
@@ -155,6 +161,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
 
         if args.task is not None:
             raise PcgError("--suite and --task are exclusive: a suite table covers its tasks")
+        if args.rows or args.methods:
+            raise PcgError("--rows/--methods apply to per-task tables, not to --suite")
         print(render_suite(load_records(root), args.suite, args.format, args.preset,
                            reported=not args.no_reported))
         return
@@ -174,6 +182,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         if not args.no_reported and task in TASKS:
             bench = TASKS.get(task).paper_benchmark
             reported = reported_table(bench) if bench else None
+        mean, std, seeds, reported = select(mean, std, seeds, args.rows, args.methods, reported)
         if args.format != "csv":
             print(f"\n## {task} (preset {preset})\n")
         print(format_table(mean, std, seeds, args.format, reported))

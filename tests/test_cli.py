@@ -53,6 +53,16 @@ def test_run_writes_record_and_resumes(dirs, capsys):
     assert "fm_ot (n=2)" in out and "data (reference)" in out and "paper: PMosFM" in out
     for fmt in ("latex", "csv"):
         assert main(["leaderboard", "--task", "burgers", "--format", fmt]) == 0
+    # row / method selection keeps the order asked for and the reported rows in step
+    capsys.readouterr()
+    assert main(["leaderboard", "--task", "burgers", "--rows", "js", "re", "time",
+                 "--methods", "fm_ot"]) == 0
+    out = capsys.readouterr().out
+    body = [ln.split("|")[1].strip() for ln in out.splitlines() if ln.startswith("| ")]
+    assert body[:4] == ["metric", "js", "re", "time/sample [s]"]
+    assert "wd" not in body and "fm_ot (n=2)" in out and "paper: PMosFM" in out
+    assert main(["leaderboard", "--task", "burgers", "--rows", "re", "nosuch"]) == 2
+    assert "unknown row(s) nosuch" in capsys.readouterr().err
 
 
 def test_checkpoint_is_reused(dirs):
