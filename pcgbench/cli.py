@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-file", default=None,
                    help="load the task's published data file from this local path")
     p.add_argument("--batch-size", type=int, default=64, help="sampling batch size")
+    p.add_argument("--timing-repeats", type=int, default=3, metavar="N",
+                   help="timed batches after the warm-up batch; the record keeps their "
+                   "median (use 1 for very slow samplers: each repeat costs one batch)")
     p.add_argument("--force", action="store_true", help="rerun even if the record exists")
 
     p = sub.add_parser("list", help="list tasks, methods, metrics, presets, studies")
@@ -128,6 +131,7 @@ def cmd_run(args: argparse.Namespace) -> None:
             device=args.device, overrides=overrides, chart=args.chart,
             results_dir=args.results, data_dir=args.data_dir, data_file=args.data_file,
             force=args.force, progress=not args.quiet, sample_batch=args.batch_size,
+            timing_repeats=args.timing_repeats,
         )
         record, path, skipped = run(opts)
         if skipped:

@@ -222,6 +222,9 @@ def data_reference_record(task: Task, opts: RunOptions) -> Path:
 def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     """Execute one run.  Returns (record, path, skipped)."""
     check_preset(opts.preset)
+    if opts.timing_repeats < 1 or opts.sample_batch < 1:
+        raise PcgError(f"--timing-repeats and --batch-size must be >= 1, got "
+                       f"{opts.timing_repeats} and {opts.sample_batch}")
     device = environment.resolve_device(opts.device)
     seed_everything(opts.seed)
     task = build_task(opts)

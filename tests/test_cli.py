@@ -90,6 +90,8 @@ def test_checkpoint_is_reused(dirs):
         (["run", "--task", "burgers", "--method", "fm_ot", "--set", "nosuchkey=1",
           "--preset", "smoke"], "unknown config key"),
         (["leaderboard", "--task", "burgers"], "no run records"),
+        (["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke",
+          "--timing-repeats", "0"], "--timing-repeats and --batch-size must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(dirs, capsys, argv, needle):
