@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load the task's published data file from this local path")
     p.add_argument("--batch-size", type=int, default=64, help="sampling batch size")
     p.add_argument("--timing-repeats", type=int, default=3, metavar="N",
-                   help="timed batches after the warm-up batch; the record keeps their "
-                   "median (use 1 for very slow samplers: each repeat costs one batch)")
+                   help="at least N timed full-size batches after the warm-up batch; the "
+                   "production batches count, extra ones run only when the test split has "
+                   "fewer; the record keeps their median")
     p.add_argument("--force", action="store_true", help="rerun even if the record exists")
 
     p = sub.add_parser("list", help="list tasks, methods, metrics, presets, studies")

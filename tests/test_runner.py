@@ -11,7 +11,9 @@ import torch
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.registry import METHODS
-from pcgbench.runner import RunOptions, run
+from pcgbench.runner import RunOptions, build_task, run
+
+_CALLS: list[int] = []
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class _Broken(Method):
 
     def sample(self, cond, n, generator):
         self.nfe.count += 1
+        _CALLS.append(n)
         shape = (n, *self.task.spec.field_shape)
         if self.config.wrong_shape:
             shape = (n, 2, 3)
@@ -44,10 +47,24 @@ def _register():
         METHODS.add("_broken_test_method", _Broken)
 
 
-def _opts(tmp_path, **overrides):
+def _opts(tmp_path, timing_repeats=3, sample_batch=64, **overrides):
     return RunOptions(task="burgers", method="_broken_test_method", preset="smoke",
                       results_dir=str(tmp_path / "r"), data_dir=str(tmp_path / "d"),
-                      progress=False, overrides=overrides)
+                      progress=False, overrides=overrides, timing_repeats=timing_repeats,
+                      sample_batch=sample_batch)
+
+
+@pytest.mark.parametrize("repeats", [1, 50])
+def test_production_batches_are_the_timed_batches(tmp_path, repeats):
+    """Full-size production batches after the warm-up are timed; extra timed batches run
+    only to reach --timing-repeats, so a slow sampler costs no more than its own work."""
+    _CALLS.clear()
+    record, _, _ = run(_opts(tmp_path, timing_repeats=repeats, sample_batch=5))
+    n_test = len(build_task(_opts(tmp_path)).dataset("test"))
+    full = n_test // 5 - 1  # full-size batches after the warm-up batch
+    assert full >= 2
+    assert len(record["inference"]["repeats_seconds"]) == max(repeats, full)
+    assert len(_CALLS) == -(-n_test // 5) + max(0, repeats - full)
 
 
 def test_nonfinite_samples_recorded_not_crashing(tmp_path):
