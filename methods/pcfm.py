@@ -5,7 +5,8 @@ facts match ``pcfm/pcfm_sampling.py`` of cpfpengfei/PCFM):
 
 1. v = f(t, u);  shoot u1 = u + (1 - t) v;
 2. Gauss-Newton projection u1 <- u1 - J^T (J J^T + 1e-6 I)^-1 h(u1), ``newton_steps``
-   times (paper App. baseline-mechanisms; J = dh/du, batched by vmap of jacrev);
+   times (paper App. baseline-mechanisms; J = dh/du, batched by vmap of jacrev, or by
+   coloured forward mode for structural stencil constraints, ``jacobian="auto"``);
 3. u_hat = (1 - t') u0 + t' u1 (u0 the initial noise of this trajectory);
 4. relaxed correction (``relaxed=True``): ``relax_iters`` gradient steps of size
    ``relax_step`` on ||u - u_hat||^2 + lam ||h(u + gamma v)||^2 from u = u_hat,
@@ -53,6 +54,7 @@ class PCFMConfig(MethodConfig):
     final_damping: float = 0.0
     constraints: tuple[str, ...] = ()  # task constraint names; empty = all
     dtype: str = "float32"  # "float64" runs backbone and projections in double
+    jacobian: str = "auto"  # "dense": vmap(jacrev); "auto": coloured forward mode if exact
 
 
 @METHODS.register("pcfm")
@@ -65,6 +67,7 @@ class PCFM(BackboneSampler):
     def __init__(self, task, config: PCFMConfig, device="cpu"):
         super().__init__(task, config, device)
         self.config: PCFMConfig = config
+        self._jacobian = None  # set per sample call (jacobian_fn)
 
     def relaxed_correction(self, h, u_hat, v, cond, gamma):
         """``relax_iters`` gradient steps on ||u - u_hat||^2 + lam ||h(u + gamma v)||^2
@@ -100,7 +103,7 @@ class PCFM(BackboneSampler):
 
     def project(self, h, z, cond, jac, steps, damping, anchor=False):
         return gauss_newton_project(h, z, cond, steps=steps, damping=damping, jac=jac,
-                                    anchor=anchor)
+                                    anchor=anchor, jacobian=self._jacobian)
 
     @torch.no_grad()
     def sample(self, cond, n, generator):
@@ -111,6 +114,8 @@ class PCFM(BackboneSampler):
         u0 = self.noise(n, generator)
         u = u0
         jac = shared_jacobian(h, u0, cond) if linear else None
+        self._jacobian = None if linear else self.jacobian_fn(cfg.constraints, h, u0, cond,
+                                                              cfg.jacobian)
         t_net = t_proj = 0.0
         dt = 1.0 / cfg.steps
         for k in range(cfg.steps):

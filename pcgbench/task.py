@@ -103,11 +103,21 @@ class Constraint:
 
     ``fn`` maps x [N, C, *spatial] (and cond) to a residual [N, k]; it must be
     differentiable in x (projection samplers use its Jacobian).  ``linear`` marks affine
-    constraints (closed-form projections apply)."""
+    constraints (closed-form projections apply).  ``structural`` marks a nonlinear
+    constraint whose Jacobian sparsity pattern is the same for every x and cond (a fixed
+    smooth stencil, or global sums) and has no derivative that vanishes on a branch
+    (no upwinding, max or abs): projection samplers then detect the pattern once by
+    probing and take the Jacobian by compressed forward mode
+    (:mod:`pcgbench.methods._jacobian`).  Linear constraints are structural."""
 
     name: str
     fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
     linear: bool = False
+    structural: bool = False
+
+    @property
+    def sparse_jacobian_ok(self) -> bool:
+        return self.linear or self.structural
 
     def __call__(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
         return self.fn(x, cond)

@@ -225,7 +225,9 @@ class DarcyTask(Task):
         """``darcy_pde``: the evaluator residual ``[N, (n-2)^2 + 4n]`` (nonlinear in
         (p, K)); ``zero_mean``: the grid mean of p ``[N, 1]`` (linear)."""
         return {
-            "darcy_pde": Constraint("darcy_pde", lambda x, c=None: self.residual(x, c)),
+            # a smooth 5-point stencil in (p, K): its Jacobian pattern is structural
+            "darcy_pde": Constraint("darcy_pde", lambda x, c=None: self.residual(x, c),
+                                    structural=True),
             "zero_mean": Constraint("zero_mean", _zero_mean, linear=True),
         }
 
