@@ -7,6 +7,12 @@ background load hits all of them alike.  Prints seconds per sample, NFE (counted
 phase breakdown and the ratio of every method to the first one.
 
     python benchmarks/inference_speed.py --task burgers --preset cpu --batch-size 64
+
+A method may carry config overrides, ``NAME:key=value[,key=value]``, to compare variants
+of one sampler side by side, e.g. the dense and the coloured Jacobian of PCFM on Darcy:
+
+    python benchmarks/inference_speed.py --task darcy --batch-size 16 --repeats 3 \
+        --methods pcfm:jacobian=dense pcfm:jacobian=auto
 """
 
 from __future__ import annotations
@@ -39,8 +45,11 @@ def main() -> None:
     device = environment.resolve_device(args.device)
     loaded = {}
     for name in args.methods:
-        opts = RunOptions(task=args.task, method=name, seed=args.seed, preset=args.preset,
-                          device=str(device), results_dir=args.results, progress=True)
+        method_name, _, spec = name.partition(":")
+        overrides = dict(kv.split("=", 1) for kv in spec.split(",") if kv)
+        opts = RunOptions(task=args.task, method=method_name, seed=args.seed,
+                          preset=args.preset, device=str(device), results_dir=args.results,
+                          progress=True, overrides=overrides)
         task = build_task(opts)
         method = build_method(task, opts, device)
         _, ckpt = _paths(results_dir(args.results), run_key(task, method, opts))
