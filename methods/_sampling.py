@@ -270,17 +270,18 @@ class BackboneSampler(Method):
         if mode not in ("auto", "dense"):
             raise PcgError(f"method {self.name!r}: jacobian must be 'auto' or 'dense', "
                            f"got {mode!r}")
-        key = tuple(select_constraints(self.task, names))
-        if mode == "auto" and key not in self._jac_plans:
-            cons = select_constraints(self.task, names).values()
+        if mode == "dense":
+            return batched_jacobian
+        cons = select_constraints(self.task, names)
+        key = tuple(cons)
+        if key not in self._jac_plans:
             plan = None
-            if all(c.sparse_jacobian_ok for c in cons):
+            if all(c.sparse_jacobian_ok for c in cons.values()):
                 plan = ColoredJacobian.detect(h, z, cond)
                 if 4 * plan.passes >= plan.pattern.shape[0]:
                     plan = None  # few rows or dense rows: reverse mode is as cheap
             self._jac_plans[key] = plan
-        plan = self._jac_plans.get(key) if mode == "auto" else None
-        return batched_jacobian if plan is None else plan
+        return self._jac_plans[key] or batched_jacobian
 
     def constraint_fn(self, names: Sequence[str] = ()) -> tuple[ConstraintFn, bool]:
         """(h in normalized units, all-linear flag) for the selected constraints."""
