@@ -10,7 +10,7 @@ of size (1 - t)/n from x_t (the first step reuses the FM prediction v(x_t, t)):
 R the task's evaluator (``task.residual``) in physical units (``task.normalizer.decode``).
 The two parameter gradients are combined by ConFIG (``conflictfree.grad_operator.
 ConFIG_update``, the official implementation: unit gradients as rows of U, direction
-lstsq(U, 1), length = sum of projections); when the residual gradient is not finite the
+U^+ 1, length = sum of projections); when the residual gradient is not finite the
 FM gradient alone is used (as in the reference code).  Unrolling curriculum n = 1 -> 2 ->
 3 -> 4 over the four quarters of training, or a fixed depth with ``unroll``.  An EMA of
 the weights (0.999) is used for sampling: explicit Euler, ``steps`` = 20 (NFE 20).
@@ -113,7 +113,11 @@ def config_combine(g_fm: torch.Tensor, g_res: torch.Tensor) -> tuple[torch.Tenso
 
     if not bool(torch.isfinite(g_res).all()) or float(g_res.norm()) == 0.0:
         return g_fm, False
-    g = ConFIG_update(torch.stack([g_fm, g_res]))
+    # use_least_square=False: the same direction by the package's pseudo-inverse path.
+    # Its default, torch.linalg.lstsq with LAPACK's gelsy on CPU, was measured to return
+    # results that differ in the last bits from call to call on identical input, which
+    # Adam then amplifies into different weights: same seed, different run.
+    g = ConFIG_update(torch.stack([g_fm, g_res]), use_least_square=False)
     if not bool(torch.isfinite(g).all()):
         return g_fm, False
     return g, True
