@@ -107,17 +107,6 @@ def shared_jacobian(g: ConstraintFn, z: Tensor, cond: Cond = None) -> Tensor:
     return batched_jacobian(g, z[:1], c0)
 
 
-def dense_gram(jac: Tensor) -> Tensor:
-    """``J J^T`` by one batched matrix product."""
-    return jac @ jac.transpose(1, 2)
-
-
-def gram_fn(jacobian: JacobianFn | None) -> Callable[[Tensor], Tensor]:
-    """The Gram product matching a Jacobian function: a coloured plan's sparse ``gram``
-    where it has one, else :func:`dense_gram` (same matrix up to summation order)."""
-    return getattr(jacobian, "gram", None) or dense_gram
-
-
 def spd_solve(s: Tensor, rhs: Tensor, damped: bool = False) -> Tensor:
     """Solve ``s x = rhs`` for the Gram matrix ``s = J J^T`` (batched).  Undamped, the
     Moore-Penrose pseudo-inverse (eigen-decomposition, torch's default cut-off
@@ -155,7 +144,6 @@ def gauss_newton_project(
     """
     b = z.shape[0]
     shape = z.shape[1:]
-    gram = dense_gram if jac is not None else gram_fn(jacobian)
     with torch.no_grad():
         zf = z.detach().reshape(b, -1)
         u = zf.clone()
@@ -163,7 +151,7 @@ def gauss_newton_project(
             r = g(u.reshape(b, *shape), cond).reshape(b, -1)
             J = jac if jac is not None else (jacobian or batched_jacobian)(
                 g, u.reshape(b, *shape), cond)
-            s = gram(J)
+            s = J @ J.transpose(1, 2)
             if damping:
                 s = s + damping * torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
             if anchor:

@@ -41,14 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from pcgbench.method import MethodConfig
-from pcgbench.methods._sampling import (
-    BackboneSampler,
-    batched_jacobian,
-    dense_gram,
-    gram_fn,
-    shared_jacobian,
-    spd_solve,
-)
+from pcgbench.methods._sampling import BackboneSampler, batched_jacobian, shared_jacobian, spd_solve
 from pcgbench.registry import METHODS
 
 
@@ -59,14 +52,13 @@ def band_project(h, z, t, cond, kappa, steps=1, jac=None, jacobian=batched_jacob
     y = z / t
     b = z.shape[0]
     beta = None
-    gram = dense_gram if jac is not None else gram_fn(jacobian)
     for _ in range(int(steps)):
         J = jac if jac is not None else jacobian(h, y, cond)
         if beta is None:
             beta = kappa * sigma * J.norm(dim=-1)  # [B or 1, k]
         r = h(y, cond).reshape(b, -1)
         excess = r - torch.maximum(torch.minimum(r, beta), -beta)
-        s = gram(J)
+        s = J @ J.transpose(1, 2)
         dy = (J.transpose(1, 2) @ spd_solve(s, excess.unsqueeze(-1))).squeeze(-1)
         y = y - dy.reshape(y.shape)
     return t * y
