@@ -17,6 +17,16 @@ def data_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
 
 
+def _fitted(task, method_name: str):
+    """The method at the smoke preset with the TINY budget, fitted on the train split."""
+    cls = METHODS.get(method_name)
+    cfg = cls.Config.for_preset("smoke")
+    cfg = apply_overrides(cfg, {k: v for k, v in TINY.items() if hasattr(cfg, k)})
+    method = cls(task, cfg, "cpu")
+    method.fit(task.dataset("train"), progress=False)
+    return method
+
+
 @pytest.mark.parametrize("task_name", TASKS.names())
 @pytest.mark.parametrize("method_name", METHODS.names())
 def test_fit_and_sample(task_name, method_name, data_dir):
@@ -26,10 +36,7 @@ def test_fit_and_sample(task_name, method_name, data_dir):
     if reason is not None:
         assert "\n" not in reason and method_name in reason
         pytest.skip(reason)
-    cfg = cls.Config.for_preset("smoke")
-    cfg = apply_overrides(cfg, {k: v for k, v in TINY.items() if hasattr(cfg, k)})
-    method = cls(task, cfg, "cpu")
-    method.fit(task.dataset("train"), progress=False)
+    method = _fitted(task, method_name)
     test = task.dataset("test")
     n = 3
     cond = None if test.cond is None else test.cond[:n]
@@ -41,12 +48,8 @@ def test_fit_and_sample(task_name, method_name, data_dir):
 
 
 def _fit_and_draw(task, method_name: str) -> torch.Tensor:
-    cls = METHODS.get(method_name)
-    cfg = cls.Config.for_preset("smoke")
-    cfg = apply_overrides(cfg, {k: v for k, v in TINY.items() if hasattr(cfg, k)})
     torch.manual_seed(0)  # what the runner does with the run seed
-    method = cls(task, cfg, "cpu")
-    method.fit(task.dataset("train"), progress=False)
+    method = _fitted(task, method_name)
     test = task.dataset("test")
     cond = None if test.cond is None else test.cond[:2]
     return method.sample(cond, 2, torch.Generator().manual_seed(0))
