@@ -284,8 +284,27 @@ class BackboneSampler(Method):
         return self._jac_plans[key] or batched_jacobian
 
     def constraint_fn(self, names: Sequence[str] = ()) -> tuple[ConstraintFn, bool]:
-        """(h in normalized units, all-linear flag) for the selected constraints."""
+        """(h in normalized units, all-linear flag) for the selected constraints.  ``h``
+        decodes its input itself: pass it normalized states ``z``, never ``decode(z)``."""
         cons = select_constraints(self.task, names)
         if not cons:
             raise PcgError(f"method {self.name!r}: task {self.task.name!r} has no constraints")
         return normalized(stack_constraints(cons), self.task), all_linear(cons)
+
+    def objective(self, z: Tensor, cond: Cond) -> Tensor:
+        """Per-sample constraint loss ``||h(decode(z), c)||^2`` [B] of NORMALIZED fields
+        ``z``: what this method drives to zero (its guidance loss, or the residual its
+        projections remove).  Real data is a zero of it (tested for every sampling-time
+        method on every IC/BC task)."""
+        h, _ = self.constraint_fn(getattr(self.config, "constraints", ()))
+        return h(z, cond).pow(2).sum(dim=1)
+
+    def guidance_objective(self, z: Tensor, cond: Cond, residual_weight: float) -> Tensor:
+        """``objective`` plus ``residual_weight`` x the grid mean of the squared evaluator
+        residual R(decode(z)) (physical units) [B]: the loss of the gradient-based
+        samplers (D-Flow, DiffusionPDE)."""
+        loss = self.objective(z, cond)
+        if residual_weight:
+            r = self.task.residual(self.decode(z), cond).reshape(z.shape[0], -1)
+            loss = loss + residual_weight * r.pow(2).mean(dim=1)
+        return loss

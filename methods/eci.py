@@ -12,10 +12,13 @@ For each of n Euler steps (t = k/n, t' = t + 1/n), repeat ``n_mix`` times
   of the slice means), which is the orthogonal projection (shifting every slice to the
   initial slice's mean instead keeps u(0) fixed: an oblique projection);
 * interpolate  x = s x1 + (1 - s) eps, with s = t for the first n_mix - 1 repetitions
-  (mixing at the same noise level) and s = t' for the last one (the step).  The noise
-  eps is redrawn before every ``resample_step``-th interpolation (counting all
-  interpolations of the run; 0 = never: keep the initial noise).  Our reading of
-  REFERENCES.md; the ECI code (amazon-science/ECI-sampling) was not readable here.
+  (mixing at the same noise level) and s = t' for the last one (the step).  Each noise
+  draw eps serves ``resample_step`` consecutive interpolations (counting all
+  interpolations of the run), the initial source noise the first ones; 0 = never redraw.
+  (An earlier version redrew before the very first interpolation, so for
+  ``resample_step`` k > 1 the source served none and every later draw k: off by one.)
+  Our reading of REFERENCES.md; the ECI code (amazon-science/ECI-sampling) was not
+  readable here.
 
 The output is the corrected x1 of the last step (t' = 1, so x = x1 exactly), which
 satisfies the constraints to round-off.  NFE = n * n_mix; defaults n = 20, n_mix = 1
@@ -32,7 +35,6 @@ linear constraint are refused (one line).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +53,7 @@ from pcgbench.methods._sampling import (
     stack_constraints,
 )
 from pcgbench.registry import METHODS
+from pcgbench.timing import PhaseTimer
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,14 @@ class ECI(BackboneSampler):
                     f"({', '.join(task.constraints())})")
         return None
 
+    @classmethod
+    def nfe_settings(cls, nfe):
+        return {"steps": int(nfe), "n_mix": 1}  # our reading: n Euler steps, no mixing
+
+    @classmethod
+    def nominal_nfe(cls, config):
+        return str(config.steps * config.n_mix)
+
     def split_constraints(self):
         """(linear h, nonlinear h or None, names used) per ``constraints``/``nonlinear``."""
         cfg = self.config
@@ -112,18 +123,23 @@ class ECI(BackboneSampler):
     def record_extras(self):
         return {"eci_constraints": list(self.used_constraints)}
 
+    def objective(self, z, cond):
+        """||h||^2 of the constraints ECI corrects in closed form (its selection)."""
+        h, _ = self.split_constraints()
+        return h(z, cond).pow(2).sum(dim=1)
+
     @torch.no_grad()
     def sample(self, cond, n, generator):
         cfg = self.config
         self.attach_backbone()
+        timer = PhaseTimer(self.device)
         h, h_non = self.split_constraints()
         cond = self.prepare_cond(cond)
         x = self.noise(n, generator)
-        s = time.perf_counter()
-        jac = shared_jacobian(h, x, cond) if cfg.shared_jacobian else batched_jacobian(
-            h, x, cond)
-        P = orthogonal_projector(jac)
-        t_corr, t_net = time.perf_counter() - s, 0.0
+        with timer.phase("correction"):
+            jac = shared_jacobian(h, x, cond) if cfg.shared_jacobian else batched_jacobian(
+                h, x, cond)
+            P = orthogonal_projector(jac)
 
         def correct(x1):
             x1 = apply_projector(P, x1, h(x1, cond))
@@ -137,16 +153,14 @@ class ECI(BackboneSampler):
         for k in range(cfg.steps):
             t, tn = k * dt, (k + 1) * dt
             for j in range(cfg.n_mix):
-                s = time.perf_counter()
-                v = self.velocity(x, t, cond)
-                t_net += time.perf_counter() - s
-                s = time.perf_counter()
-                x1 = correct(x + (1 - t) * v)
-                t_corr += time.perf_counter() - s
-                if cfg.resample_step > 0 and calls % cfg.resample_step == 0:
+                with timer.phase("network"):
+                    v = self.velocity(x, t, cond)
+                with timer.phase("correction"):
+                    x1 = correct(x + (1 - t) * v)
+                if cfg.resample_step > 0 and calls > 0 and calls % cfg.resample_step == 0:
                     eps = self.noise(n, generator)
                 calls += 1
                 sl = tn if j == cfg.n_mix - 1 else t
                 x = sl * x1 + (1 - sl) * eps
-        self.sample_breakdown = {"network": t_net, "correction": t_corr}
+        self.sample_breakdown = dict(timer.seconds)
         return self.decode(x1)

@@ -26,7 +26,6 @@ constraints use one shared Jacobian per ``sample`` call.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +37,7 @@ from pcgbench.methods._sampling import (
     shared_jacobian,
 )
 from pcgbench.registry import METHODS
+from pcgbench.timing import PhaseTimer
 
 
 @dataclass(frozen=True)
@@ -116,25 +116,23 @@ class PCFM(BackboneSampler):
         jac = shared_jacobian(h, u0, cond) if linear else None
         self._jacobian = None if linear else self.jacobian_fn(cfg.constraints, h, u0, cond,
                                                               cfg.jacobian)
-        t_net = t_proj = 0.0
+        timer = PhaseTimer(self.device)
         dt = 1.0 / cfg.steps
         for k in range(cfg.steps):
             t, tn = k * dt, (k + 1) * dt
-            s = time.perf_counter()
-            v = self.velocity(u, t, cond)
-            t_net += time.perf_counter() - s
-            s = time.perf_counter()
-            u1 = self.project(h, u + (1 - t) * v, cond, jac, cfg.newton_steps, cfg.damping)
-            u_hat = (1 - tn) * u0 + tn * u1
-            if cfg.relaxed and cfg.relax_iters > 0:
-                u = self.relaxed_correction(h, u_hat, v, cond, max(1 - tn, cfg.gamma_min))
-            else:
-                u = u_hat
-            t_proj += time.perf_counter() - s
-        s = time.perf_counter()
-        if cfg.final_newton_steps > 0:
-            u = self.project(h, u, cond, jac, cfg.final_newton_steps, cfg.final_damping,
-                             anchor=True)
-        t_proj += time.perf_counter() - s
-        self.sample_breakdown = {"network": t_net, "projection": t_proj}
+            with timer.phase("network"):
+                v = self.velocity(u, t, cond)
+            with timer.phase("projection"):
+                u1 = self.project(h, u + (1 - t) * v, cond, jac, cfg.newton_steps,
+                                  cfg.damping)
+                u_hat = (1 - tn) * u0 + tn * u1
+                if cfg.relaxed and cfg.relax_iters > 0:
+                    u = self.relaxed_correction(h, u_hat, v, cond, max(1 - tn, cfg.gamma_min))
+                else:
+                    u = u_hat
+        with timer.phase("projection"):
+            if cfg.final_newton_steps > 0:
+                u = self.project(h, u, cond, jac, cfg.final_newton_steps, cfg.final_damping,
+                                 anchor=True)
+        self.sample_breakdown = dict(timer.seconds)
         return self.decode(u)

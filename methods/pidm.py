@@ -10,7 +10,14 @@ SNR_t = abar_t / (1 - abar_t), Sigma_t the DDPM posterior variance
 beta_t (1 - abar_{t-1}) / (1 - abar_t) with its t = 1 entry (zero) replaced by the t = 2
 entry (as in the reference code), R the task's evaluator in physical units, c_data = 1,
 c_res = 1e-3, x0* = x^0 (the reference's default "mean" estimate).  Ancestral DDPM
-sampling with the EMA weights, NFE = T = 100 (counted).
+sampling with the EMA weights, x_{t-1} = mu(x^0, x_t) + sigma_t z with the reference's
+sigma_t = sqrt(beta_t) (``sampling_variance`` = "beta"; "posterior" uses the DDPM
+posterior variance, what an earlier version did), NFE = T = 100 (counted; T per task in
+``pcgbench.protocol``: 20 on Burgers and the suite, T is then also the training chain).
+
+The network is fed the task's condition on every task (``conditioned``), the zero-shot
+suite included, where the residual term also covers the hard constraints h(x, c)
+(``methods._physics``: the IC/BC data the network is given).
 
 Departures (config fields): the shared FNO backbone sized like FM-OT's (n_times = 1, fed
 t/T) instead of the reference U-Net; FM-OT's batch, update count and lr (1e-3; the
@@ -28,7 +35,9 @@ from dataclasses import dataclass, field
 import torch
 
 from pcgbench.backbones import BackboneConfig, field_backbone
+from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import PRESET_BUDGET, preset_backbone
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
@@ -47,6 +56,8 @@ class PIDMConfig(MethodConfig):
     snr_clip: float = 5.0
     ema_decay: float = 0.99
     ema_warmup: bool = True
+    sampling_variance: str = "beta"  # sigma_t^2 = beta_t (reference) | "posterior"
+    conditioned: bool = True  # feed the condition also on zero-shot tasks
 
     @classmethod
     def for_preset(cls, preset: str) -> PIDMConfig:
@@ -106,10 +117,15 @@ class PIDM(Method):
         super().__init__(task, config, device)
         spec = task.spec
         self.config: PIDMConfig = config
-        self.net = field_backbone(config.backbone, spec).to(self.device)
+        if config.sampling_variance not in ("beta", "posterior"):
+            raise PcgError(f"pidm: sampling_variance must be 'beta' or 'posterior', got "
+                           f"{config.sampling_variance!r}")
+        self.net = field_backbone(config.backbone, spec, conditioned=config.conditioned
+                                  ).to(self.device)
         self.ema = copy.deepcopy(self.net).requires_grad_(False)
         self.denoiser = self.counted(self.ema)
         self.schedule = DDPMSchedule(config.steps)
+        self.with_constraints = sees_constraints(task, config.conditioned)
 
     def modules(self) -> list[torch.nn.Module]:
         return [self.net]  # the EMA copy is not counted as parameters
@@ -125,9 +141,10 @@ class PIDM(Method):
         x0_hat = self.net(xt, self._time(k), cond)
         w = sch.at("snr", k, x0).clamp(max=cfg.snr_clip).reshape(-1)
         l_data = (w * (x0 - x0_hat).pow(2).flatten(1).mean(1)).mean()
-        r = self.task.residual(self.task.normalizer.decode(x0_hat), cond)
+        per = physics_residual(self.task, self.task.normalizer.decode(x0_hat), cond,
+                               power=2, constraints=self.with_constraints)
         var = sch.at("post_var_clipped", k, x0).reshape(-1)
-        l_res = (r.pow(2).flatten(1).mean(1) / (2 * var)).mean()
+        l_res = (per / (2 * var)).mean()
         return l_data, l_res
 
     @torch.no_grad()
@@ -161,6 +178,8 @@ class PIDM(Method):
                            device=self.device, progress=progress, desc=f"fit {self.name}",
                            on_step=self._update_ema)
         self.net.eval()
+        stats.extra["residual_terms"] = ("evaluator + hard constraints" if self.with_constraints
+                                         else "evaluator")
         return stats
 
     @torch.no_grad()
@@ -175,7 +194,8 @@ class PIDM(Method):
             mean = sch.posterior_mean(x0_hat, x, k)
             if step > 0:
                 noise = torch.randn(shape, generator=generator).to(self.device)
-                x = mean + sch.at("post_var", k, x).sqrt() * noise
+                var = "betas" if self.config.sampling_variance == "beta" else "post_var"
+                x = mean + sch.at(var, k, x).sqrt() * noise
             else:
                 x = mean
         return self.task.normalizer.decode(x)

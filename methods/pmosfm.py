@@ -126,6 +126,10 @@ class PMosFM(Method):
         self.register_metric(w)
         self.info: dict = {"chart": self.chart_name, "decoder_tolerance": self.chart.tolerance}
 
+    @classmethod
+    def nominal_nfe(cls, config):
+        return "1"
+
     # -- physical metric ------------------------------------------------------------
     def register_metric(self, inv_var: torch.Tensor) -> None:
         spec = self.task.spec

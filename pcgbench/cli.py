@@ -1,4 +1,4 @@
-"""Command-line interface: ``pcgbench run | list | leaderboard | data | study``.
+"""Command-line interface: ``pcgbench run | list | leaderboard | protocol | data | study``.
 
 User errors (unknown names, unsupported combinations, bad input, unwritable
 directories) print one line and exit with code 2; ``--debug`` shows the traceback.
@@ -76,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "memory, params (e.g. --rows re wd js nfe time)")
     p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                    help="only these method columns (the data reference column stays)")
+
+    p = sub.add_parser("protocol", help="the sampling protocol per (task, method): the "
+                       "paper's NFE next to ours, and the settings that give it")
+    _add_common(p)
+    p.add_argument("--task", nargs="+", default=None, help="only these tasks")
+    p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                   help="only these methods")
+    p.add_argument("--preset", default="paper", help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--format", choices=["md", "csv"], default="md")
 
     p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
     _add_common(p)
@@ -193,6 +202,47 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         print(format_table(mean, std, seeds, args.format, reported))
 
 
+def cmd_protocol(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from pcgbench.config import to_dict
+    from pcgbench.presets import check_preset
+    from pcgbench.protocol import protocol_for, protocol_overrides
+
+    check_preset(args.preset)
+    tasks = args.task or TASKS.names()
+    methods = args.methods or METHODS.names()
+    for name in (*tasks, *methods):  # unknown names -> one-line did-you-mean errors
+        (TASKS if name in tasks else METHODS).get(name)
+    rows = []
+    for t in tasks:
+        task = TASKS.get(t)(preset="smoke", progress=False)
+        for m in methods:
+            cls = METHODS.get(m)
+            if cls.unsupported_reason(task):
+                continue
+            entry = protocol_for(t, cls)
+            applied = protocol_overrides(t, cls, args.preset)
+            config = cls.Config.for_preset(args.preset).replace(**applied)
+            fields = to_dict(config)
+            rows.append({
+                "task": t, "method": m,
+                "paper NFE": "-" if entry.nfe is None else entry.nfe,
+                "source": entry.source,
+                "settings": ", ".join(f"{k}={fields[k]}" for k in entry.settings) or "-",
+                "our NFE": cls.nominal_nfe(config),
+            })
+    if not rows:
+        raise PcgError("no supported (task, method) pair in the selection")
+    df = pd.DataFrame(rows)
+    if args.format == "csv":
+        print(df.to_csv(index=False), end="")
+        return
+    print(f"sampling protocol at preset {args.preset!r} (applied at: paper, cpu; "
+          "smoke keeps method defaults)\n")
+    print(df.to_markdown(index=False))
+
+
 def cmd_data(args: argparse.Namespace) -> None:
     import time
 
@@ -234,7 +284,7 @@ def cmd_study(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,
-            "data": cmd_data, "study": cmd_study}
+            "protocol": cmd_protocol, "data": cmd_data, "study": cmd_study}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

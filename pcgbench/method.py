@@ -95,6 +95,22 @@ class Method(ABC):
             )
         return None
 
+    # -- the sampling protocol (pcgbench.protocol) ----------------------------------------
+    @classmethod
+    def nfe_settings(cls, nfe: int) -> dict[str, Any]:
+        """Config fields that make one ``sample`` call cost ``nfe`` network evaluations
+        (the protocol's target).  Default: ``steps = nfe`` when the config has a
+        ``steps`` field (one evaluation per step), else nothing."""
+        names = {f.name for f in dataclasses.fields(cls.Config)}
+        return {"steps": int(nfe)} if "steps" in names else {}
+
+    @classmethod
+    def nominal_nfe(cls, config: MethodConfig) -> str:
+        """The NFE of one ``sample`` call under ``config``, as a formula's value (for the
+        protocol table; runs count the calls)."""
+        steps = getattr(config, "steps", None)
+        return "?" if steps is None else str(steps)
+
     # -- to implement ---------------------------------------------------------------------
     @abstractmethod
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:

@@ -32,6 +32,7 @@ from pcgbench.method import FitStats, Method, RunContext
 from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
 from pcgbench.presets import check_preset
+from pcgbench.protocol import protocol_for, protocol_overrides
 from pcgbench.registry import METHODS, METRICS, TASKS
 from pcgbench.storage import atomic_write, atomic_write_json, config_hash, ensure_writable
 from pcgbench.storage import results_dir as default_results_dir
@@ -90,7 +91,8 @@ def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
     if reason:
         raise UnsupportedError(reason)
     config = method_cls.Config.for_preset(opts.preset)
-    overrides = dict(opts.overrides)
+    # the paper's sampler settings for this (task, method), then the user's --set
+    overrides = {**protocol_overrides(task.name, method_cls, opts.preset), **opts.overrides}
     if opts.chart is not None:
         overrides["chart"] = opts.chart
     config = apply_overrides(config, overrides)
@@ -318,6 +320,10 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
         },
         "memory": {"train_peak_mb": train_peak, "sample_peak_mb": sample_peak, "kind": mem_kind},
         "method_info": method.record_extras(),
+        "protocol": {**protocol_for(task.name, type(method)).as_record(),
+                     "applied": bool(protocol_overrides(task.name, type(method), opts.preset)),
+                     "overridden": sorted(set(opts.overrides) & set(
+                         protocol_for(task.name, type(method)).settings))},
         "parameters": sum(parameter_count(m) for m in method.modules()),
         "n_samples": n,
         "device": environment.device_description(device),

@@ -71,7 +71,7 @@ def build_backbone(
 
 
 __all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "FieldCondInput",
-           "build_backbone", "conditioned_backbone", "field_backbone"]
+           "build_backbone", "conditioned_backbone", "field_backbone", "load_into_conditioned"]
 
 
 class IgnoreCond(nn.Module):
@@ -144,3 +144,37 @@ def field_backbone(cfg: BackboneConfig, spec: TaskSpec, n_times: int = 1,
     return conditioned_backbone(cfg, spec, in_channels=spec.channels,
                                 out_channels=spec.channels, spatial_shape=spec.spatial_shape,
                                 n_times=n_times, conditioned=conditioned)
+
+
+def load_into_conditioned(dst: nn.Module, src_state: dict[str, Tensor]) -> list[str]:
+    """Load the weights of an unconditioned backbone (``src_state``, possibly wrapped in
+    :class:`IgnoreCond`) into ``dst``, the same architecture built with a vector
+    condition: tensors of equal shape are copied; the time embedding's input layer
+    (``embed.mlp.0.weight``), wider by the condition's embedding (appended last), gets the
+    source's columns and zeros for the condition's.  At the start ``dst(x, t, c)`` equals
+    the source's output for every ``c`` (a zero-initialized condition path).  Returns the
+    names of the tensors left at their initialization (the condition MLP)."""
+    state = dst.state_dict()
+    src = dict(src_state)
+    if not set(src) <= set(state):  # IgnoreCond(net) -> net
+        src = {k.removeprefix("net."): v for k, v in src.items()}
+    fresh = []
+    with torch.no_grad():
+        for name, value in state.items():
+            s = src.get(name)
+            if s is None:
+                fresh.append(name)
+            elif tuple(s.shape) == tuple(value.shape):
+                value.copy_(s)
+            elif (name.endswith("embed.mlp.0.weight") and s.ndim == 2 and value.ndim == 2
+                  and s.shape[0] == value.shape[0] and s.shape[1] < value.shape[1]):
+                value.zero_()
+                value[:, :s.shape[1]].copy_(s)
+            else:
+                raise PcgError(f"cannot load {name} of shape {tuple(s.shape)} into "
+                               f"{tuple(value.shape)}: not the same backbone")
+    missing = [k for k in src if k not in state]
+    if missing:
+        raise PcgError(f"source backbone has tensors the target lacks: {missing[:3]}")
+    dst.load_state_dict(state)
+    return fresh

@@ -1,0 +1,106 @@
+"""WD (and the task's other metrics) of the shared flow backbone vs training updates.
+
+For each task, trains the shared backbone of the sampling-time methods (FM-OT, or FFM on
+the zero-shot suite) once with the preset's architecture and batch for ``--max-updates``
+updates; at each update count in ``--checkpoints`` it samples the whole test split
+(Euler, the backbone's own steps) and evaluates it.  The learning rate is constant
+(``train_loop``), so the model at k updates is the model a run with ``iterations=k``
+would train: one training gives the whole curve.  Prints, per task, WD and the data
+floor (the val split against the test split, the leaderboard's ``data`` column), their
+ratio, and the cumulative training seconds.
+
+    OMP_NUM_THREADS=1 python benchmarks/backbone_convergence.py --preset cpu \
+        --tasks burgers darcy --checkpoints 100 200 400 800 1600
+
+Used to choose the ``cpu`` budgets (issue: the backbone should reach WD <= 2x the data
+floor where a run still fits ~10 minutes on 2 cores); see docs/protocols.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from tabulate import tabulate
+
+import pcgbench.methods.fm_ot as fm_ot_module
+from pcgbench import environment
+from pcgbench.method import RunContext
+from pcgbench.registry import METHODS, TASKS
+from pcgbench.runner import evaluate, seed_everything
+
+
+def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,
+          batch: int) -> list[dict]:
+    task = TASKS.get(task_name)(preset=preset, data_dir=data_dir, progress=False)
+    name = "ffm" if task.spec.zero_shot else "fm_ot"
+    cls = METHODS.get(name)
+    seed_everything(seed)
+    method = cls(task, cls.Config.for_preset(preset).replace(iterations=max(checkpoints)), "cpu")
+    method.context = RunContext(seed=seed, preset=preset, progress=False)
+    test, val = task.dataset("test"), task.dataset("val")
+    floor = evaluate(task, val.x, test.x, val.cond, test.cond)
+    rows: list[dict] = []
+    clock = {"train": 0.0, "t0": time.perf_counter()}
+
+    def on_step(step: int) -> None:
+        k = step + 1
+        if k not in checkpoints:
+            return
+        clock["train"] += time.perf_counter() - clock["t0"]
+        method.net.eval()
+        gen = torch.Generator().manual_seed(10_000 + seed)
+        chunks = []
+        for i in range(0, len(test), batch):
+            c = None if test.cond is None else test.cond[i:i + batch]
+            chunks.append(method.sample(c, min(batch, len(test) - i), gen))
+        m = evaluate(task, torch.cat(chunks), test.x, test.cond, test.cond)
+        method.net.train()
+        row = {"task": task_name, "backbone": name, "updates": k,
+               "wd": m.get("wd"), "wd floor": floor.get("wd"),
+               "wd / floor": (m["wd"] / floor["wd"]) if m.get("wd") and floor.get("wd")
+               else None, "train s": round(clock["train"], 1)}
+        for key in ("re", "js", "mmse", "smse"):
+            if key in m:
+                row[key] = m[key]
+        rows.append(row)
+        print(tabulate([row], headers="keys", floatfmt=".4g"), flush=True)
+        clock["t0"] = time.perf_counter()
+
+    original = fm_ot_module.train_loop
+
+    def train_loop_with_eval(*args, **kwargs):
+        return original(*args, **{**kwargs, "on_step": on_step})
+
+    # FFM inherits FM-OT's fit: both call the train_loop name of methods.fm_ot
+    fm_ot_module.train_loop = train_loop_with_eval
+    try:
+        method.fit(task.dataset("train"), progress=False)
+    finally:
+        fm_ot_module.train_loop = original
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", nargs="+", default=None)
+    ap.add_argument("--preset", default="cpu")
+    ap.add_argument("--checkpoints", nargs="+", type=int, default=[100, 200, 400, 800, 1600])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--batch-size", type=int, default=64)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"machine: {environment.device_description(torch.device('cpu'))}; preset "
+          f"{args.preset}; seed {args.seed}; checkpoints {args.checkpoints}", flush=True)
+    rows = []
+    for t in args.tasks or TASKS.names():
+        rows += curve(t, args.preset, sorted(args.checkpoints), args.seed, args.data_dir,
+                      args.batch_size)
+    print()
+    print(tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
+
+
+if __name__ == "__main__":
+    main()
