@@ -9,7 +9,12 @@ facts match ``pcfm/pcfm_sampling.py`` of cpfpengfei/PCFM):
    coloured forward mode for structural stencil constraints, ``jacobian="auto"``);
 3. u_hat = (1 - t') u0 + t' u1 (u0 the initial noise of this trajectory);
 4. relaxed correction (``relaxed=True``): ``relax_iters`` gradient steps of size
-   ``relax_step`` on ||u - u_hat||^2 + lam ||h(u + gamma v)||^2 from u = u_hat,
+   ``relax_step`` on ||u - u_hat||^2 + lam ||h(u + gamma v)||^2 from u = u_hat, both
+   terms in the data's physical units as in the reference (our state u is normalized,
+   u = (x - mu) / sigma, so the distance is scaled by sigma^2: in normalized units the
+   objective is ||u - u_hat||^2 + (lam / sigma^2) ||h||^2, sigma^2 the mean over channels
+   of the normalizer's variance; an earlier version used lam unscaled, whose strength
+   then varied with the data's scale),
    gamma = max(1 - t', 1e-3) (lam = 1, step 1e-2, 20 iterations: the reference's
    defaults when the relaxed ("guided") interpolation is on); u <- the result.  Our
    safeguard: a step that increases a sample's objective is rejected and its step
@@ -79,9 +84,11 @@ class PCFM(BackboneSampler):
         v = v.detach()
         view = (-1, *([1] * (u.ndim - 1)))
 
+        lam = cfg.relax_lambda / float(self.task.normalizer.std.double().pow(2).mean())
+
         def objective(w):
             pen = h(w + gamma * v, cond).reshape(w.shape[0], -1).pow(2).sum(dim=1)
-            return (w - u_hat).reshape(w.shape[0], -1).pow(2).sum(dim=1) + cfg.relax_lambda * pen
+            return (w - u_hat).reshape(w.shape[0], -1).pow(2).sum(dim=1) + lam * pen
 
         step = torch.full((u.shape[0],), cfg.relax_step, dtype=u.dtype, device=u.device)
         with torch.enable_grad():
