@@ -173,3 +173,30 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
                                                                  reported.columns],
                                 tablefmt=tablefmt, disable_numparse=True)
     return out
+
+
+#: the shared backbones of the sampling-time methods, and how far above the data floor
+#: their WD may lie before a table calls them under-trained
+BACKBONES = ("fm_ot", "ffm")
+UNDERTRAINED_RATIO = 2.0
+
+
+def backbone_notes(mean: pd.DataFrame, preset: str) -> list[str]:
+    """One line per shared backbone whose WD exceeds ``UNDERTRAINED_RATIO`` x the data
+    floor in this table (computed from the records, never written by hand)."""
+    if "wd" not in mean.index or "data" not in mean.columns:
+        return []
+    floor = mean.loc["wd", "data"]
+    notes = []
+    for bb in BACKBONES:
+        if bb not in mean.columns:
+            continue
+        wd = mean.loc["wd", bb]
+        if math.isnan(wd) or math.isnan(floor) or floor <= 0:
+            continue
+        ratio = wd / floor
+        if ratio > UNDERTRAINED_RATIO:
+            notes.append(f"note: the shared backbone {bb} is under-trained at preset {preset!r}:"
+                         f" WD {_fmt(wd)} = {ratio:.1f}x the data floor {_fmt(floor)} (> "
+                         f"{UNDERTRAINED_RATIO:g}x); every sampling-time method inherits it")
+    return notes

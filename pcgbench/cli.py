@@ -160,6 +160,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:
     from pcgbench.leaderboard import (
+        backbone_notes,
         format_table,
         group_records,
         load_records,
@@ -196,10 +197,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         if not args.no_reported and task in TASKS:
             bench = TASKS.get(task).paper_benchmark
             reported = reported_table(bench) if bench else None
+        notes = backbone_notes(mean, preset)  # before --methods may drop the backbone
         mean, std, seeds, reported = select(mean, std, seeds, args.rows, args.methods, reported)
         if args.format != "csv":
             print(f"\n## {task} (preset {preset})\n")
         print(format_table(mean, std, seeds, args.format, reported))
+        if args.format == "md":
+            for line in notes:
+                print(f"\n{line}")
 
 
 def cmd_protocol(args: argparse.Namespace) -> None:

@@ -186,3 +186,15 @@ def test_load_into_conditioned_starts_equal_to_the_base(tmp_path):
     d = task.dataset("test")
     x, t = task.normalizer.encode(d.x[:3]), torch.rand(3, 1)
     torch.testing.assert_close(cond_net(x, t, d.cond[:3]), base(x, t, d.cond[:3]))
+
+
+def test_leaderboard_flags_an_undertrained_backbone():
+    from pcgbench.leaderboard import backbone_notes
+
+    mean = pd.DataFrame({"data": [0.04, 2.0], "fm_ot": [0.355, 1.9], "pcfm": [0.3, 1.0]},
+                        index=["wd", "re"])
+    (note,) = backbone_notes(mean, "cpu")
+    assert "fm_ot" in note and "8.9x" in note and "under-trained" in note
+    mean.loc["wd", "fm_ot"] = 0.07  # 1.75x: fine
+    assert backbone_notes(mean, "cpu") == []
+    assert backbone_notes(mean.drop(index="wd"), "cpu") == []
