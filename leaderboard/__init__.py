@@ -4,11 +4,12 @@ from pcgbench.leaderboard.records import load_records
 from pcgbench.leaderboard.reported import reported_table
 from pcgbench.leaderboard.tables import (
     backbone_notes,
+    failed_notes,
     format_table,
     group_records,
     select,
     summary_frame,
 )
 
-__all__ = ["backbone_notes", "format_table", "group_records", "load_records",
+__all__ = ["backbone_notes", "failed_notes", "format_table", "group_records", "load_records",
            "reported_table", "select", "summary_frame"]

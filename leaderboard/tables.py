@@ -33,11 +33,34 @@ def _num(v: Any) -> float | None:
     return f
 
 
+def is_ok(record: dict) -> bool:
+    """A scored run: status ``ok`` (records written before statuses existed count as ok)."""
+    return record.get("status", "ok") == "ok"
+
+
+def failed_notes(records: list[dict], tasks: set[str] | None = None,
+                 preset: str | None = None) -> list[str]:
+    """One line per failed run (diverged / invalid) of the given tasks and preset: the
+    runs the tables leave out of their means."""
+    out = []
+    for r in records:
+        if is_ok(r) or (tasks is not None and r.get("task") not in tasks) or (
+                preset is not None and r.get("preset") != preset):
+            continue
+        frac = (r.get("metrics") or {}).get("nonfinite_fraction")
+        extra = f", nonfinite_fraction {frac:.3g}" if isinstance(frac, float) and frac else ""
+        out.append(f"excluded from the means: {r.get('task')}/{r.get('method')} seed "
+                   f"{r.get('seed')} [{r.get('preset')}] -- {r.get('status')}: "
+                   f"{r.get('status_reason')}{extra}")
+    return out
+
+
 def group_records(records: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]:
-    """{(task, preset): {method: [records over seeds]}} (latest record per seed wins)."""
+    """{(task, preset): {method: [records over seeds]}} (latest record per seed wins);
+    failed runs (status other than ok) are left out (see :func:`failed_notes`)."""
     out: dict[tuple[str, str], dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:
-        if "task" not in r or "method" not in r:
+        if "task" not in r or "method" not in r or not is_ok(r):
             continue
         per_seed = out[(r["task"], r.get("preset", "?"))][r["method"]]
         seed = r.get("seed", 0)

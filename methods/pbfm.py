@@ -45,7 +45,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pcgbench.backbones import BackboneConfig, field_backbone
-from pcgbench.errors import PcgError
+from pcgbench.errors import PcgError, TrainingDiverged
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import PRESET_BUDGET, euler_sample, preset_backbone
@@ -219,7 +219,7 @@ class PBFM(Method):
             n = self.depth(step)
             l_fm, l_res = self.losses(x1, x0, t, n, c)
             if not torch.isfinite(l_fm):
-                raise PcgError(f"fit {self.name}: loss became non-finite at update {step}; "
+                raise TrainingDiverged(f"fit {self.name}: loss became non-finite at update {step}; "
                                "lower the lr")
             g_fm = _flat(torch.autograd.grad(l_fm, params, retain_graph=True,
                                              allow_unused=True), params)

@@ -44,7 +44,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pcgbench.backbones import field_backbone, load_into_conditioned
-from pcgbench.errors import PcgError
+from pcgbench.errors import PcgError, TrainingDiverged
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import FMOTConfig, euler_sample
@@ -207,7 +207,7 @@ class PCFT(Method):
                 lk.backward()
                 total += float(lk.detach())
             if not math.isfinite(total):
-                raise PcgError(f"fit {self.name}: loss became non-finite at update {step}")
+                raise TrainingDiverged(f"fit {self.name}: loss became non-finite at update {step}")
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
             synchronize(self.device)

@@ -8,6 +8,7 @@ statistics."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -114,8 +115,8 @@ def energy_distance(samples: torch.Tensor, reference: torch.Tensor) -> float:
     dxx, dyy = _pair_dists(x, x), _pair_dists(y, y)
     dxx.fill_diagonal_(0.0)
     dyy.fill_diagonal_(0.0)
-    d = 2.0 * _pair_dists(x, y).mean() - dxx.mean() - dyy.mean()
-    return max(0.0, float(d))
+    d = float(2.0 * _pair_dists(x, y).mean() - dxx.mean() - dyy.mean())
+    return d if math.isnan(d) else max(0.0, d)  # max(0.0, nan) would be a perfect 0
 
 
 @METRICS.register("mmse")

@@ -130,11 +130,14 @@ def cmd_list(args: argparse.Namespace) -> None:
             print(f"  {name:<22} {desc}" if args.what == "all" else f"{name:<22} {desc}")
 
 
-def cmd_run(args: argparse.Namespace) -> None:
+def cmd_run(args: argparse.Namespace) -> int:
+    """Runs every seed; exit code 1 when any run is recorded as failed (diverged or
+    invalid), 0 otherwise."""
     from pcgbench.config import parse_assignments
     from pcgbench.runner import RunOptions, run
 
     overrides = parse_assignments(args.set)
+    failed = 0
     for seed in args.seed:
         opts = RunOptions(
             task=args.task, method=args.method, seed=seed, preset=args.preset,
@@ -144,8 +147,16 @@ def cmd_run(args: argparse.Namespace) -> None:
             timing_repeats=args.timing_repeats,
         )
         record, path, skipped = run(opts)
+        status = record.get("status", "ok")
+        if status != "ok":
+            failed += 1
         if skipped:
-            print(f"skipped (record exists; --force to rerun): {path}")
+            print(f"skipped (record exists; --force to rerun): {path}"
+                  + ("" if status == "ok" else f" [status {status}]"))
+            continue
+        if status != "ok" and not record.get("metrics"):
+            print(f"{args.task}/{args.method} seed={seed} preset={args.preset}: {status.upper()}"
+                  f" ({record.get('status_reason')}); recorded, not scored: {path}")
             continue
         m = record["metrics"]
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -155,12 +166,17 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"  nfe={record['nfe']} time/sample={inf['seconds_per_sample']:.4g}s "
               f"train s/update={record['training']['seconds_per_update']} "
               f"wall={record['wall_seconds']:.1f}s")
+        if status != "ok":
+            print(f"  {status.upper()}: {record.get('status_reason')}; recorded, left out of "
+                  "leaderboard means")
         print(f"  record: {path}")
+    return 1 if failed else 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:
     from pcgbench.leaderboard import (
         backbone_notes,
+        failed_notes,
         format_table,
         group_records,
         load_records,
@@ -178,10 +194,18 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
             raise PcgError("--suite and --task are exclusive: a suite table covers its tasks")
         if args.rows or args.methods:
             raise PcgError("--rows/--methods apply to per-task tables, not to --suite")
-        print(render_suite(load_records(root), args.suite, args.format, args.preset,
+        records = load_records(root)
+        print(render_suite(records, args.suite, args.format, args.preset,
                            reported=not args.no_reported))
+        if args.format == "md":
+            from pcgbench.leaderboard.suite import suite_layout
+
+            for line in failed_notes(records, {t for t, _ in suite_layout(args.suite).datasets},
+                                     args.preset):
+                print(f"\n{line}")
         return
-    groups = group_records(load_records(root))
+    records = load_records(root)
+    groups = group_records(records)
     if args.task is not None:
         TASKS.get(args.task)  # unknown task -> did-you-mean error
     keys = sorted(k for k in groups if (args.task in (None, k[0]))
@@ -203,7 +227,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
             print(f"\n## {task} (preset {preset})\n")
         print(format_table(mean, std, seeds, args.format, reported))
         if args.format == "md":
-            for line in notes:
+            for line in notes + failed_notes(records, {task}, preset):
                 print(f"\n{line}")
 
 
@@ -299,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for module in args.plugin:
             load_plugin(module)
-        COMMANDS[args.command](args)
+        rc = COMMANDS[args.command](args) or 0
     except PcgError as exc:
         if args.debug:
             raise
@@ -309,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("pcgbench: interrupted (completed records are kept; rerun to resume)",
               file=sys.stderr)
         return 130
-    return 0
+    return rc
 
 
 if __name__ == "__main__":

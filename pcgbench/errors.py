@@ -16,3 +16,8 @@ class UnknownNameError(PcgError, KeyError):
 
 class UnsupportedError(PcgError):
     """A method that cannot run on a task (missing requirements)."""
+
+
+class TrainingDiverged(PcgError):
+    """Training produced a non-finite loss: the run is recorded with status ``diverged``
+    (a failed run is a record, never a result)."""

@@ -27,7 +27,7 @@ import torch
 
 from pcgbench import environment
 from pcgbench.config import apply_overrides, to_dict
-from pcgbench.errors import PcgError, UnsupportedError
+from pcgbench.errors import PcgError, TrainingDiverged, UnsupportedError
 from pcgbench.method import FitStats, Method, RunContext
 from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
@@ -202,6 +202,23 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
+def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
+               ) -> tuple[str, str | None]:
+    """``("ok" | "diverged" | "invalid", reason)`` of a finished run.  A run whose config
+    trains or samples nothing, whose training loss is non-finite, or any of whose samples
+    is non-finite is recorded as such and never scored as a success (the leaderboard
+    leaves it out of the means and says so)."""
+    for name in ("iterations", "steps"):
+        if getattr(method.config, name, None) == 0:
+            return "invalid", f"the config trains or samples nothing ({name}=0)"
+    if any(not math.isfinite(v) for v in fit_stats.losses):
+        return "diverged", "the training loss became non-finite"
+    frac = metrics.get("nonfinite_fraction")
+    if frac is not None and (math.isnan(frac) or frac > 0):
+        return "diverged", f"{frac:.1%} of the samples are non-finite"
+    return "ok", None
+
+
 def data_reference_record(task: Task, opts: RunOptions) -> Path:
     """The ``data`` column: each metric for an independent draw of real data (the val
     split) against the test set; the reference floor every table needs."""
@@ -243,7 +260,17 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     started = environment.now()
     t_start = time.perf_counter()
     reset_peak_memory(device)
-    fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
+    try:
+        fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
+    except TrainingDiverged as exc:  # a failed run is recorded, not scored
+        record = {**key, "status": "diverged", "status_reason": str(exc), "metrics": {},
+                  "nfe": None, "device": environment.device_description(device),
+                  "versions": environment.package_versions(), "git": environment.git_hash(),
+                  "started": started, "finished": environment.now(),
+                  "wall_seconds": time.perf_counter() - t_start}
+        record = _json_safe(record)
+        atomic_write_json(path, record)
+        return record, path, False
     train_peak, mem_kind = peak_memory_mb(device)
     t_fit = time.perf_counter() - t_start
 
@@ -298,9 +325,12 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
 
     metrics = evaluate(task, samples, test.x, test.cond, test.cond)
     data_reference_record(task, opts)
+    status, reason = run_status(method, fit_stats, metrics)
 
     record = {
         **key,
+        "status": status,
+        "status_reason": reason,
         "metrics": metrics,
         "nfe": nfe,
         "inference": {

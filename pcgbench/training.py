@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm.auto import tqdm
 
-from pcgbench.errors import PcgError
+from pcgbench.errors import TrainingDiverged
 from pcgbench.method import FitStats
 from pcgbench.timing import synchronize
 
@@ -40,7 +40,7 @@ def train_loop(
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(step)
         if not torch.isfinite(loss):
-            raise PcgError(f"{desc}: loss became non-finite at update {step}; lower the lr")
+            raise TrainingDiverged(f"{desc}: loss became non-finite at update {step}; lower the lr")
         loss.backward()
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)

@@ -1,0 +1,94 @@
+"""A failed run is not a result: non-finite samples, diverged training and configs that
+train nothing are recorded with a status and a reason, left out of the leaderboard's
+means (and named under the table), and the CLI exits 1."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from pcgbench.cli import main
+from pcgbench.errors import TrainingDiverged
+from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.metrics.moments import energy_distance
+from pcgbench.registry import METHODS
+
+
+@dataclass(frozen=True)
+class _HalfNaNConfig(MethodConfig):
+    nan_fraction: float = 0.5
+    diverge: bool = False
+
+
+class _HalfNaN(Method):
+    """Gaussian noise with the first ``nan_fraction`` of every batch set to NaN."""
+
+    Config = _HalfNaNConfig
+
+    def fit(self, train, progress=True):
+        if self.config.diverge:
+            raise TrainingDiverged("fit half_nan: loss became non-finite at update 3")
+        return FitStats(update_seconds=[0.0], losses=[0.0])
+
+    def sample(self, cond, n, generator):
+        x = torch.randn((n, *self.task.spec.field_shape), generator=generator)
+        x[: int(n * self.config.nan_fraction)] = float("nan")
+        return x
+
+
+@pytest.fixture()
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "data"))
+    if "half_nan" not in METHODS:
+        METHODS.add("half_nan", _HalfNaN)
+        _HalfNaN.name = "half_nan"
+    return tmp_path
+
+
+def _records(root: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((root / "records").rglob("*.json"))]
+
+
+RUN = ["run", "--task", "burgers", "--preset", "smoke", "--quiet"]
+
+
+def test_half_nan_samples_are_diverged_and_excluded(dirs, capsys):
+    assert main([*RUN, "--method", "half_nan"]) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGED" in out and "50.0% of the samples are non-finite" in out
+    (rec,) = [r for r in _records(dirs / "results") if r["method"] == "half_nan"]
+    assert rec["status"] == "diverged" and rec["metrics"]["nonfinite_fraction"] == 0.5
+    assert main([*RUN, "--method", "fm_ot"]) == 0
+    capsys.readouterr()
+    assert main(["leaderboard", "--task", "burgers", "--no-reported"]) == 0
+    out = capsys.readouterr().out
+    assert "half_nan (n=" not in out and "fm_ot (n=1)" in out
+    assert "excluded from the means: burgers/half_nan seed 0 [smoke] -- diverged" in out
+    assert "nonfinite_fraction 0.5" in out
+
+
+def test_diverged_training_is_recorded_not_a_traceback(dirs, capsys):
+    assert main([*RUN, "--method", "half_nan", "--set", "diverge=True"]) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGED" in out and "recorded, not scored" in out
+    (rec,) = _records(dirs / "results")
+    assert rec["status"] == "diverged" and rec["metrics"] == {}
+    assert "loss became non-finite" in rec["status_reason"]
+
+
+def test_config_that_trains_nothing_is_invalid(dirs, capsys):
+    assert main([*RUN, "--method", "fm_ot", "--set", "iterations=0"]) == 1
+    rec = [r for r in _records(dirs / "results") if r["method"] == "fm_ot"][0]
+    assert rec["status"] == "invalid" and "iterations=0" in rec["status_reason"]
+
+
+def test_energy_of_nan_is_nan_not_a_perfect_zero():
+    x = torch.full((4, 1, 3), float("nan"))
+    y = torch.randn(4, 1, 3)
+    v = energy_distance(x, y)
+    assert v != 0.0
