@@ -55,14 +55,26 @@ def failed_notes(records: list[dict], tasks: set[str] | None = None,
     return out
 
 
-def group_records(records: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]:
-    """{(task, preset): {method: [records over seeds]}} (latest record per seed wins);
-    failed runs (status other than ok) are left out (see :func:`failed_notes`)."""
+def column_label(record: dict) -> str:
+    """A leaderboard column is one identity: the method's default config (its name), or a
+    named variant ``method[variant]`` (a --set / --chart / --data-file / --tag run)."""
+    variant = record.get("variant")
+    return record["method"] if not variant else f"{record['method']}[{variant}]"
+
+
+def group_records(records: list[dict], variants: bool = False
+                  ) -> dict[tuple[str, str], dict[str, list[dict]]]:
+    """{(task, preset): {column: [records over seeds]}} (latest record per seed wins).
+    Columns are identities (:func:`column_label`): variants are their own columns, shown
+    only with ``variants``, never averaged into the default; failed runs (status other
+    than ok) are left out (see :func:`failed_notes`)."""
     out: dict[tuple[str, str], dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:
         if "task" not in r or "method" not in r or not is_ok(r):
             continue
-        per_seed = out[(r["task"], r.get("preset", "?"))][r["method"]]
+        if r.get("variant") and not variants:
+            continue
+        per_seed = out[(r["task"], r.get("preset", "?"))][column_label(r)]
         seed = r.get("seed", 0)
         if seed not in per_seed or r.get("finished", r.get("created", "")) >= per_seed[seed].get(
             "finished", per_seed[seed].get("created", "")
@@ -72,8 +84,8 @@ def group_records(records: list[dict]) -> dict[tuple[str, str], dict[str, list[d
 
 
 def _method_order(methods: list[str]) -> list[str]:
-    rest = sorted(m for m in methods if m != "data")
-    return (["data"] if "data" in methods else []) + rest
+    data = sorted(m for m in methods if m.split("[", 1)[0] == "data")
+    return data + sorted(m for m in methods if m not in data)
 
 
 def _higher_is_better(row: str) -> bool:
@@ -136,7 +148,9 @@ def select(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
             keep = [r for r in wanted if r in reported.index]
             reported = reported.loc[keep] if keep else None
     if methods:
-        cols = [m for m in mean.columns if m == "data" or m in methods]
+        base = {m: m.split("[", 1)[0] for m in mean.columns}  # variants follow their method
+        cols = [m for m in mean.columns if base[m] == "data" or m in methods
+                or base[m] in methods]
         mean, std = mean[cols], std[cols]
         seeds = {m: seeds[m] for m in cols}
     return mean, std, seeds, reported
@@ -171,7 +185,7 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
     cells = []
     for row in mean.index:
         contenders = {m: mean.loc[row, m] for m in mean.columns
-                      if m != "data" and not math.isnan(mean.loc[row, m])}
+                      if m.split("[", 1)[0] != "data" and not math.isnan(mean.loc[row, m])}
         best = None
         if len(contenders) > 1 and row != "parameters":
             pick = max if _higher_is_better(row) else min
@@ -183,7 +197,8 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
                 s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(std.loc[row, m])
             line.append(bold(s) if m == best else s)
         cells.append(line)
-    headers = ["metric"] + [f"{m} (n={seeds[m]})" if m != "data" else "data (reference)"
+    headers = ["metric"] + [f"{m} (n={seeds[m]})" if m.split("[", 1)[0] != "data"
+                            else m.replace("data", "data (reference)", 1)
                             for m in mean.columns]
     tablefmt = "pipe" if fmt == "md" else "latex_raw"
     out = tabulate(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)

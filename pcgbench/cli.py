@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "production batches count, extra ones run only when the test split has "
                    "fewer; the record keeps their median")
     p.add_argument("--force", action="store_true", help="rerun even if the record exists")
+    p.add_argument("--tag", default=None, metavar="NAME",
+                   help="label this run as a named variant column (leaderboard --variants)")
 
     p = sub.add_parser("list", help="list tasks, methods, metrics, presets, studies")
     _add_common(p)
@@ -76,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "memory, params (e.g. --rows re wd js nfe time)")
     p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                    help="only these method columns (the data reference column stays)")
+    p.add_argument("--variants", action="store_true",
+                   help="also show variant columns (runs with --set/--chart/--data-file/--tag"
+                   "), each its own column, e.g. fm_ot[iterations=5]")
 
     p = sub.add_parser("protocol", help="the sampling protocol per (task, method): the "
                        "paper's NFE next to ours, and the settings that give it")
@@ -85,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these methods")
     p.add_argument("--preset", default="paper", help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--format", choices=["md", "csv"], default="md")
+
+    p = sub.add_parser("show-config", help="the resolved config of a (task, method, preset): "
+                       "preset defaults, the sampling protocol, then --set")
+    _add_common(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("--method", required=True)
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--chart", default=None)
+    p.add_argument("--device", default="cpu")
 
     p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
     _add_common(p)
@@ -106,20 +121,35 @@ def _one_line(obj_doc: str | None) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
+    def safe(describe, name: str) -> str:
+        # one broken third-party entry (a plugin that fails to import) must not break the
+        # listing of everything else
+        try:
+            return describe(name)
+        except PcgError as exc:
+            return f"(cannot be loaded: {exc})"
+
     def task_line(name: str) -> str:
         cls = TASKS.get(name)
         desc = cls.description or _one_line(cls.__doc__)
         charts = list(cls(preset="smoke", progress=False).charts())
         return desc + (f" [charts: {', '.join(charts)}]" if charts else "")
 
+    def method_line(name: str) -> str:
+        cls = METHODS.get(name)
+        return cls.description or _one_line(cls.__doc__)
+
+    def metric_line(name: str) -> str:
+        cls = METRICS.get(name)
+        return cls.description or _one_line(cls.__doc__)
+
     sections = {
-        "tasks": [(n, task_line(n)) for n in TASKS.names()],
-        "methods": [(n, METHODS.get(n).description or _one_line(METHODS.get(n).__doc__))
-                    for n in METHODS.names()],
-        "metrics": [(n, METRICS.get(n).description or _one_line(METRICS.get(n).__doc__))
-                    for n in METRICS.names()],
+        "tasks": [(n, safe(task_line, n)) for n in TASKS.names()],
+        "methods": [(n, safe(method_line, n)) for n in METHODS.names()],
+        "metrics": [(n, safe(metric_line, n)) for n in METRICS.names()],
         "presets": list(PRESETS.items()),
-        "studies": [(n, _one_line(STUDIES.get(n).__doc__)) for n in STUDIES.names()],
+        "studies": [(n, safe(lambda k: _one_line(STUDIES.get(k).__doc__), n))
+                    for n in STUDIES.names()],
     }
     for section, items in sections.items():
         if args.what not in ("all", section):
@@ -144,7 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             device=args.device, overrides=overrides, chart=args.chart,
             results_dir=args.results, data_dir=args.data_dir, data_file=args.data_file,
             force=args.force, progress=not args.quiet, sample_batch=args.batch_size,
-            timing_repeats=args.timing_repeats,
+            timing_repeats=args.timing_repeats, tag=args.tag,
         )
         record, path, skipped = run(opts)
         status = record.get("status", "ok")
@@ -205,7 +235,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
                 print(f"\n{line}")
         return
     records = load_records(root)
-    groups = group_records(records)
+    groups = group_records(records, variants=args.variants)
     if args.task is not None:
         TASKS.get(args.task)  # unknown task -> did-you-mean error
     keys = sorted(k for k in groups if (args.task in (None, k[0]))
@@ -272,6 +302,30 @@ def cmd_protocol(args: argparse.Namespace) -> None:
     print(df.to_markdown(index=False))
 
 
+def cmd_show_config(args: argparse.Namespace) -> None:
+    import json
+
+    import torch
+
+    from pcgbench.config import parse_assignments, to_dict
+    from pcgbench.presets import check_preset
+    from pcgbench.runner import RunOptions, build_method, build_task, run_key, variant_label
+    from pcgbench.storage import config_hash
+
+    check_preset(args.preset)
+    opts = RunOptions(task=args.task, method=args.method, preset=args.preset,
+                      overrides=parse_assignments(args.set), chart=args.chart,
+                      progress=False)
+    task = build_task(opts)
+    method = build_method(task, opts, torch.device("cpu"))
+    key = run_key(task, method, opts, torch.device(args.device))
+    variant = variant_label(task, method, opts)
+    print(f"# {args.task}/{args.method} preset {args.preset}: "
+          f"{'default column' if variant is None else f'variant [{variant}]'}; "
+          f"config hash {config_hash(key)}")
+    print(json.dumps(to_dict(method.config), indent=2, sort_keys=True))
+
+
 def cmd_data(args: argparse.Namespace) -> None:
     import time
 
@@ -313,7 +367,8 @@ def cmd_study(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,
-            "protocol": cmd_protocol, "data": cmd_data, "study": cmd_study}
+            "protocol": cmd_protocol, "show-config": cmd_show_config, "data": cmd_data,
+            "study": cmd_study}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
+import re
+import sys
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
@@ -41,6 +44,7 @@ class Registry(Generic[T]):
         return deco
 
     def add(self, name: str, obj: T) -> None:
+        check_name(self.kind, name)
         if name in self._objects and self._objects[name] is not obj:
             raise PcgError(f"duplicate {self.kind} name {name!r}: already registered")
         if name in self._lazy:
@@ -84,10 +88,11 @@ class Registry(Generic[T]):
             module, _, attr = target.partition(":")
             try:
                 obj = getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure of third-party code
                 self._lazy[name] = target
                 raise PcgError(
-                    f"{self.kind} {name!r} points to {target!r}, which cannot be loaded: {exc}"
+                    f"{self.kind} {name!r} points to {target!r}, which cannot be loaded: "
+                    f"{type(exc).__name__}: {_first_line(exc)}"
                 ) from exc
             if name not in self._objects:
                 self.add(name, obj)
@@ -110,15 +115,56 @@ METHODS: Registry = Registry("method", "pcgbench.methods", ("pcgbench.methods",)
 METRICS: Registry = Registry("metric", "pcgbench.metrics", ("pcgbench.metrics",))
 
 
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+def check_name(kind: str, name: object) -> None:
+    """Registered names become path components of records and checkpoints: letters,
+    digits and ``_ . + -`` only, no ``..`` (a plugin cannot write outside the results)."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise PcgError(f"invalid {kind} name {name!r}: use letters, digits and _ . + - "
+                       "(no path separators, no '..')")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def load_plugin(module: str) -> None:
-    """Import a user module whose import registers tasks/methods/metrics (``--plugin``)."""
+    """Import a user module whose import registers tasks/methods/metrics (``--plugin``):
+    a dotted module name, or a path to a ``.py`` file.  Importing it RUNS its code (the
+    trust model: only load plugins you trust).  Any failure is one line."""
+    if module.endswith(".py") or "/" in module:
+        from pathlib import Path
+
+        path = Path(module).expanduser()
+        if not path.is_file():
+            raise PcgError(f"--plugin {module!r}: no such file")
+        name = f"pcgbench_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise PcgError(f"--plugin {module!r}: not a Python file")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as exc:  # noqa: BLE001 - the plugin's own error, reported in one line
+            sys.modules.pop(name, None)
+            raise PcgError(f"--plugin {module!r} failed on import: {type(exc).__name__}: "
+                           f"{_first_line(exc)}") from exc
+        return
     if not module or not all(part.isidentifier() for part in module.split(".")):
         raise PcgError(
             f"malformed --plugin {module!r}: expected an importable dotted module name "
-            "such as 'my_pkg.my_method'"
+            "such as 'my_pkg.my_method', or a path to a .py file"
         )
     try:
         importlib.import_module(module)
     except ImportError as exc:
         raise PcgError(f"--plugin {module!r} cannot be imported: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a plugin that raises (or a syntax error)
+        raise PcgError(f"--plugin {module!r} failed on import: {type(exc).__name__}: "
+                       f"{_first_line(exc)}") from exc
+
 STUDIES: Registry = Registry("study", "pcgbench.studies", ("pcgbench.studies",))

@@ -63,6 +63,7 @@ class RunOptions:
     progress: bool = True
     sample_batch: int = 64
     timing_repeats: int = 3
+    tag: str | None = None  # a user label for a variant column
 
 
 def seed_everything(seed: int) -> None:
@@ -99,7 +100,10 @@ def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
     return method_cls(task, config, device)
 
 
-def run_key(task: Task, method: Method, opts: RunOptions) -> dict[str, Any]:
+def run_key(task: Task, method: Method, opts: RunOptions,
+            device: torch.device | None = None) -> dict[str, Any]:
+    """What a fitted model is: task parameters, data source, method config, seed, preset
+    and the kind of device it trained on (the checkpoint's identity)."""
     return {
         "task": task.name,
         "task_params": task.params_dict(),
@@ -108,15 +112,52 @@ def run_key(task: Task, method: Method, opts: RunOptions) -> dict[str, Any]:
         "config": to_dict(method.config),
         "seed": opts.seed,
         "preset": opts.preset,
+        "device_kind": (device or torch.device("cpu")).type,
         "record_version": RECORD_VERSION,
     }
 
 
-def _paths(root: Path, key: dict[str, Any]) -> tuple[Path, Path]:
-    h = config_hash(key)
-    sub = Path(key["task"]) / key["preset"] / key["method"] / f"seed{key['seed']}-{h}"
+def default_config(task: Task, method_cls: type[Method], preset: str) -> Any:
+    """The config of a method's default leaderboard column: the preset's defaults with
+    the sampling protocol applied (no --set, --chart or --data-file)."""
+    return apply_overrides(method_cls.Config.for_preset(preset),
+                           protocol_overrides(task.name, method_cls, preset))
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def variant_label(task: Task, method: Method, opts: RunOptions) -> str | None:
+    """None for the method's default column, else a name for the variant: ``--tag``, or
+    the fields that differ from the default config and the data file, e.g.
+    ``iterations=5`` or ``data=1D_Burgers.hdf5`` (shown as ``fm_ot[iterations=5]``)."""
+    default = _flat(to_dict(default_config(task, type(method), opts.preset)))
+    mine = _flat(to_dict(method.config))
+    diff = [f"{k}={mine[k]}" for k in sorted(mine) if mine[k] != default.get(k)]
+    if opts.data_file:
+        diff.append(f"data={Path(opts.data_file).name}")
+    if not diff and opts.tag is None:
+        return None
+    return opts.tag or ",".join(diff)
+
+
+def _paths(root: Path, key: dict[str, Any], record_extra: dict[str, Any] | None = None
+           ) -> tuple[Path, Path]:
+    """(record path, checkpoint path).  The checkpoint is named by the fit's identity
+    ``key``; the record also by ``record_extra`` (sampling settings such as the batch
+    size), so a run with another batch size is a new record reusing the checkpoint."""
+    sub = Path(key["task"]) / key["preset"] / key["method"]
+    ck = sub / f"seed{key['seed']}-{config_hash(key)}"
+    rk = sub / f"seed{key['seed']}-{config_hash({**key, **(record_extra or {})})}"
     records, ckpts = root / "records", root / "checkpoints"
-    return records / sub.with_suffix(".json"), ckpts / sub.with_suffix(".pt")
+    return records / rk.with_suffix(".json"), ckpts / ck.with_suffix(".pt")
 
 
 def record_path(opts: RunOptions) -> Path:
@@ -124,7 +165,12 @@ def record_path(opts: RunOptions) -> Path:
     task = build_task(opts)
     method = build_method(task, opts, torch.device("cpu"))
     root = default_results_dir(opts.results_dir)
-    return _paths(root, run_key(task, method, opts))[0]
+    device = environment.resolve_device(opts.device)
+    return _paths(root, run_key(task, method, opts, device), _record_extra(opts))[0]
+
+
+def _record_extra(opts: RunOptions) -> dict[str, Any]:
+    return {"sample_batch": opts.sample_batch, "tag": opts.tag}
 
 
 def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
@@ -163,7 +209,7 @@ def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.dev
     method = build_method(task, opts, device)
     method.context = ctx
     _, ckpt = _paths(ensure_writable(default_results_dir(ctx.results_dir)),
-                     run_key(task, method, opts))
+                     run_key(task, method, opts, device))
     _fit_or_load(method, task, ckpt, opts, device)
     return method
 
@@ -231,7 +277,9 @@ def data_reference_record(task: Task, opts: RunOptions) -> Path:
         return path
     val, test = task.dataset("val"), task.dataset("test")
     metrics = evaluate(task, val.x, test.x, val.cond, test.cond)
-    record = {**key, "metrics": metrics, "nfe": 0, "created": environment.now(),
+    variant = f"data={Path(opts.data_file).name}" if opts.data_file else None
+    record = {**key, "variant": variant, "metrics": metrics, "nfe": 0,
+              "created": environment.now(),
               "note": "val split evaluated against the test split (reference floor)",
               "versions": environment.package_versions(), "git": environment.git_hash()}
     atomic_write_json(path, _json_safe(record))
@@ -252,8 +300,9 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
                                 results_dir=opts.results_dir, data_dir=opts.data_dir,
                                 progress=opts.progress)
     root = ensure_writable(default_results_dir(opts.results_dir))
-    key = run_key(task, method, opts)
-    path, ckpt = _paths(root, key)
+    key = run_key(task, method, opts, device)
+    path, ckpt = _paths(root, key, _record_extra(opts))
+    variant = variant_label(task, method, opts)
     if path.exists() and not opts.force:
         return json.loads(path.read_text()), path, True
 
@@ -263,7 +312,9 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     try:
         fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
     except TrainingDiverged as exc:  # a failed run is recorded, not scored
-        record = {**key, "status": "diverged", "status_reason": str(exc), "metrics": {},
+        record = {**key, **_record_extra(opts), "variant": variant,
+                  "config_hash": config_hash(key),
+                  "status": "diverged", "status_reason": str(exc), "metrics": {},
                   "nfe": None, "device": environment.device_description(device),
                   "versions": environment.package_versions(), "git": environment.git_hash(),
                   "started": started, "finished": environment.now(),
@@ -329,6 +380,9 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
 
     record = {
         **key,
+        **_record_extra(opts),
+        "variant": variant,
+        "config_hash": config_hash(key),
         "status": status,
         "status_reason": reason,
         "metrics": metrics,

@@ -80,3 +80,49 @@ def test_entry_point_discovery(tmp_path, monkeypatch):
     reg: Registry = Registry("thing", "pcgbench.test-ep")
     assert reg.get("answer") == 42
     sys.modules.pop("demo_plugin_mod", None)
+
+
+def test_plugin_by_path_and_broken_plugins_are_one_line(tmp_path):
+    from pcgbench.registry import METHODS
+
+    good = tmp_path / "my_plugin_file.py"
+    good.write_text("from pcgbench.registry import METHODS\n"
+                    "from pcgbench.methods.fm_ot import FMOT\n"
+                    "class Mine(FMOT):\n    pass\n"
+                    "METHODS.add('fm_ot_by_path', Mine)\n")
+    load_plugin(str(good))
+    assert "fm_ot_by_path" in METHODS
+    bad = tmp_path / "syntax_error.py"
+    bad.write_text("def (:\n")
+    with pytest.raises(PcgError, match="failed on import: SyntaxError") as info:
+        load_plugin(str(bad))
+    assert "\n" not in str(info.value)
+    raising = tmp_path / "raising.py"
+    raising.write_text("raise RuntimeError('boom\\nsecond line')\n")
+    with pytest.raises(PcgError, match="failed on import: RuntimeError: boom$"):
+        load_plugin(str(raising))
+    with pytest.raises(PcgError, match="no such file"):
+        load_plugin(str(tmp_path / "missing.py"))
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "", "x y", "/abs"])
+def test_registered_names_cannot_escape_the_results_dir(name):
+    from pcgbench.registry import Registry
+
+    reg = Registry("thing", "pcgbench.nothing")
+    with pytest.raises(PcgError, match="invalid thing name"):
+        reg.add(name, object())
+
+
+def test_broken_lazy_entry_is_one_line_and_list_survives(capsys):
+    from pcgbench.cli import main
+    from pcgbench.registry import METHODS
+
+    METHODS.add_lazy("broken_entry", "surely_missing_module_xyz:Thing")
+    try:
+        with pytest.raises(PcgError, match="cannot be loaded: ModuleNotFoundError"):
+            METHODS.get("broken_entry")
+        assert main(["list", "methods"]) == 0
+        assert "broken_entry           (cannot be loaded" in capsys.readouterr().out
+    finally:
+        METHODS._lazy.pop("broken_entry", None)

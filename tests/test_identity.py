@@ -1,0 +1,68 @@
+"""A leaderboard cell is one identity: a --set/--chart/--data-file/--tag run is a named
+variant column, never averaged with (or replacing) the default; the run key covers the
+device kind and the sampling batch size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pcgbench.cli import main
+
+RUN = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--quiet"]
+
+
+@pytest.fixture()
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "data"))
+    return tmp_path
+
+
+def _records(root: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((root / "records").rglob("*.json"))]
+
+
+def _table(capsys, *extra) -> str:
+    capsys.readouterr()
+    assert main(["leaderboard", "--task", "burgers", "--no-reported", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_set_run_is_a_variant_column_not_the_default(dirs, capsys):
+    assert main(RUN) == 0
+    before = _table(capsys)
+    assert main([*RUN, "--set", "iterations=5"]) == 0
+    after = _table(capsys)
+    assert after == before  # the default column is untouched
+    assert "fm_ot[iterations=5]" not in after
+    with_variants = _table(capsys, "--variants")
+    assert "fm_ot (n=1)" in with_variants and "fm_ot[iterations=5] (n=1)" in with_variants
+    recs = {r.get("variant"): r for r in _records(dirs / "results") if r["method"] == "fm_ot"}
+    assert set(recs) == {None, "iterations=5"}
+    assert recs[None]["config_hash"] != recs["iterations=5"]["config_hash"]
+
+
+def test_tag_names_a_variant_and_batch_size_is_a_new_record(dirs, capsys):
+    assert main(RUN) == 0
+    assert main([*RUN, "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" not in out  # another batch size is another record
+    assert main([*RUN, "--tag", "mine"]) == 0
+    recs = [r for r in _records(dirs / "results") if r["method"] == "fm_ot"]
+    assert sorted(r["sample_batch"] for r in recs) == [4, 64, 64]
+    assert {r.get("variant") for r in recs} == {None, "mine"}
+    assert all(r["device_kind"] == "cpu" for r in recs)
+    assert "fm_ot[mine]" in _table(capsys, "--variants")
+
+
+def test_show_config_prints_the_resolved_config(capsys):
+    assert main(["show-config", "--task", "kolmogorov", "--method", "pcfm", "--preset",
+                 "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "default column" in out and json.loads(out.split("\n", 1)[1])["steps"] == 200
+    assert main(["show-config", "--task", "kolmogorov", "--method", "pcfm", "--preset",
+                 "cpu", "--set", "steps=7"]) == 0
+    assert "variant [steps=7]" in capsys.readouterr().out
