@@ -198,6 +198,8 @@ class BackboneSampler(Method):
 
     def __init__(self, task: Task, config, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)
+        # unknown constraint names fail here, before the backbone is fitted or loaded
+        select_constraints(task, getattr(config, "constraints", ()))
         self.backbone: Method | None = None
         self._jac_plans: dict[tuple[str, ...], ColoredJacobian | None] = {}
 

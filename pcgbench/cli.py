@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,8 +31,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2), like every other bad input."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pcgbench",
         description="Benchmark suite for physics-constrained generative models.",
     )
@@ -106,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["generate", "inspect", "verify"])
     p.add_argument("--task", required=True)
     p.add_argument("--preset", default=DEFAULT_PRESET)
-    p.add_argument("--split", nargs="+", default=["train", "val", "test"])
+    p.add_argument("--split", nargs="+", default=["train", "val", "test"],
+                   choices=["train", "val", "test"])
 
     p = sub.add_parser("study", help="run a controlled analytic study (paper tables)")
     _add_common(p)
@@ -217,6 +227,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
     from pcgbench.storage import results_dir
 
     root = results_dir(args.results)
+    if args.preset is not None:
+        from pcgbench.presets import check_preset
+
+        check_preset(args.preset)
+    for m in args.methods or ():
+        if m != "data":
+            METHODS.get(m.split("[", 1)[0])  # unknown method -> did-you-mean error
     if args.suite is not None:
         from pcgbench.leaderboard.suite import render_suite
 

@@ -91,6 +91,9 @@ def load_or_generate(task: Task, split: str) -> FieldData:
                 f"dataset cache {path} is unreadable or mismatched ({exc}); regenerating",
                 stacklevel=2,
             )
+    from pcgbench.storage import ensure_writable
+
+    ensure_writable(path.parent)  # before the (possibly long) generation, not after
     data = task.generate(split)
     if not torch.isfinite(data.x).all():
         raise RuntimeError(f"task {task.name!r} generated non-finite data for split {split!r}")

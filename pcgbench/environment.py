@@ -35,21 +35,33 @@ def git_hash() -> str | None:
         return None
     if res.returncode != 0:
         return None
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=here, capture_output=True, text=True, timeout=5,
-    ).stdout.strip()
+    try:  # a slow `git status` must not lose a record after all the compute
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here, capture_output=True, text=True, timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return res.stdout.strip() + "-unknown-status"
     return res.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def resolve_device(name: str = "auto") -> torch.device:
+    from pcgbench.errors import PcgError
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise PcgError(f"--device {name!r} is not a device; use auto, cpu, cuda or "
+                       "cuda:<index>") from exc
+    if dev.type not in ("cpu", "cuda"):
+        raise PcgError(f"--device {name!r}: only auto, cpu, cuda and cuda:<index> are "
+                       "supported")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        from pcgbench.errors import PcgError
-
         raise PcgError("--device cuda requested but CUDA is not available; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise PcgError(f"--device {name!r}: only {torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 

@@ -78,6 +78,9 @@ def seed_everything(seed: int) -> None:
 
 def build_task(opts: RunOptions) -> Task:
     task_cls = TASKS.get(opts.task)
+    if opts.data_file and "{split}" not in opts.data_file and not Path(
+            opts.data_file).expanduser().exists():
+        raise PcgError(f"--data-file {opts.data_file!r}: no such file or directory")
     return task_cls(
         preset=opts.preset,
         data_dir=Path(opts.data_dir) if opts.data_dir else None,
@@ -173,6 +176,19 @@ def _record_extra(opts: RunOptions) -> dict[str, Any]:
     return {"sample_batch": opts.sample_batch, "tag": opts.tag}
 
 
+def _guarded(name: str, phase: str, call: Any) -> Any:
+    """Run a method's ``fit``/``sample``: a bug in a (third-party) method is one line
+    naming the method and the phase (the traceback with --debug), not a traceback."""
+    try:
+        return call()
+    except (PcgError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise PcgError(f"method {name!r} failed in {phase}: {type(exc).__name__}: {msg} "
+                       "(--debug shows the traceback)") from exc
+
+
 def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
                  device: torch.device) -> tuple[FitStats, bool]:
     if ckpt.exists() and not opts.force:
@@ -186,7 +202,7 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
 
             warnings.warn(f"checkpoint {ckpt} is unreadable ({exc}); refitting", stacklevel=2)
     train = task.dataset("train")
-    stats = method.fit(train, progress=opts.progress)
+    stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
     payload = {"method": method.state_dict(), "fit": dataclasses.asdict(stats)}
 
     def write(tmp: Path) -> None:
@@ -215,6 +231,9 @@ def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.dev
 
 
 def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str) -> None:
+    if not torch.is_tensor(samples):
+        raise PcgError(f"method {method!r} returned a {type(samples).__name__} from sample(); "
+                       "expected a torch.Tensor [n, C, *spatial]")
     expected = (n, *task.spec.field_shape)
     if tuple(samples.shape) != expected:
         raise PcgError(
@@ -289,6 +308,8 @@ def data_reference_record(task: Task, opts: RunOptions) -> Path:
 def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     """Execute one run.  Returns (record, path, skipped)."""
     check_preset(opts.preset)
+    if not 0 <= opts.seed < 2**32:
+        raise PcgError(f"--seed must be an integer in [0, 2**32), got {opts.seed}")
     if opts.timing_repeats < 1 or opts.sample_batch < 1:
         raise PcgError(f"--timing-repeats and --batch-size must be >= 1, got "
                        f"{opts.timing_repeats} and {opts.sample_batch}")
@@ -336,7 +357,8 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     # NFE: count the network calls of one batch (never computed by formula).
     reset_peak_memory(device)
     method.nfe.reset()
-    first = method.sample(cond_slice(0, batch), batch, gen)
+    first = _guarded(method.name, "sample",
+                     lambda: method.sample(cond_slice(0, batch), batch, gen))
     nfe = method.nfe.count
     _check_samples(first, task, batch, method.name)
 

@@ -12,22 +12,30 @@ from typing import Any
 from pcgbench.errors import PcgError
 
 
+def _expand(path: Path | str, what: str) -> Path:
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as exc:  # '~nouser/x': no such user
+        raise PcgError(f"{what} {str(path)!r}: cannot expand '~' ({exc})") from exc
+
+
 def _user_dir(env: str, leaf: str) -> Path:
     if os.environ.get(env):
-        return Path(os.environ[env]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return _expand(os.environ[env], f"${env}")
+    base = os.environ.get("XDG_CACHE_HOME") or str(_expand("~", "home") / ".cache")
     return Path(base) / "pcgbench" / leaf
 
 
 def data_dir(override: Path | str | None = None) -> Path:
     """The dataset cache: ``--data-dir``, else ``$PCGBENCH_DATA``, else ~/.cache/pcgbench/data."""
-    return Path(override).expanduser() if override else _user_dir("PCGBENCH_DATA", "data")
+    return _expand(override, "--data-dir") if override else _user_dir("PCGBENCH_DATA", "data")
 
 
 def results_dir(override: Path | str | None = None) -> Path:
     """Run records and checkpoints: ``--results``, else ``$PCGBENCH_RESULTS``, else
     ~/.cache/pcgbench/results."""
-    return Path(override).expanduser() if override else _user_dir("PCGBENCH_RESULTS", "results")
+    return (_expand(override, "--results") if override
+            else _user_dir("PCGBENCH_RESULTS", "results"))
 
 
 def ensure_writable(path: Path) -> Path:

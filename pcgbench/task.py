@@ -209,7 +209,16 @@ class Task(ABC):
             raise PcgError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
         if split not in self._splits:
             if self.data_file is not None:
-                self._splits[split] = self.load_external(Path(self.data_file), split)
+                path = Path(self.data_file)
+                try:
+                    self._splits[split] = self.load_external(path, split)
+                except PcgError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a file of the wrong kind
+                    raise PcgError(
+                        f"--data-file {str(path)!r} cannot be read as {self.name!r} data "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                    ) from exc
             else:
                 from pcgbench.datacache import load_or_generate
 
