@@ -53,7 +53,7 @@ def main() -> None:
         task = build_task(opts)
         method = build_method(task, opts, device)
         _, ckpt = _paths(results_dir(args.results), run_key(task, method, opts, device))
-        _, reused = _fit_or_load(method, task, ckpt, opts, device)
+        method, _, reused = _fit_or_load(method, task, ckpt, opts, device)
         print(f"{name}: checkpoint {'reused' if reused else 'fitted'} ({ckpt})")
         loaded[name] = method
 

@@ -113,7 +113,7 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
     for m in methods:
         for row in rows:
             vals = [v for v in (_num(getters[row](r)) for r in by_method[m]) if v is not None]
-            vals = [v for v in vals if not math.isnan(v)]
+            vals = [v for v in vals if math.isfinite(v)]  # e.g. "inf" in an old record
             if vals:
                 mean.loc[row, m] = statistics.fmean(vals)
                 std.loc[row, m] = statistics.stdev(vals) if len(vals) > 1 else float("nan")

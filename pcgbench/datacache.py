@@ -82,20 +82,27 @@ def verify(task: Task, split: str) -> str:
 
 
 def load_or_generate(task: Task, split: str) -> FieldData:
-    path = cache_path(task, split)
-    if path.exists():
-        try:
-            return _read(path, task, split)
-        except Exception as exc:  # noqa: BLE001
-            warnings.warn(
-                f"dataset cache {path} is unreadable or mismatched ({exc}); regenerating",
-                stacklevel=2,
-            )
+    """The cached split, generated (by the task's own solver) and cached when missing or
+    unreadable.  A file lock beside the cache file makes concurrent runs generate each
+    split once: the others wait, then read it."""
+    from filelock import FileLock
+
     from pcgbench.storage import ensure_writable
 
+    path = cache_path(task, split)
     ensure_writable(path.parent)  # before the (possibly long) generation, not after
-    data = task.generate(split)
-    if not torch.isfinite(data.x).all():
-        raise RuntimeError(f"task {task.name!r} generated non-finite data for split {split!r}")
-    _write(path, task, split, data)
-    return data
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            try:
+                return _read(path, task, split)
+            except Exception as exc:  # noqa: BLE001
+                warnings.warn(
+                    f"dataset cache {path} is unreadable or mismatched ({exc}); regenerating",
+                    stacklevel=2,
+                )
+        data = task.generate(split)
+        if not torch.isfinite(data.x).all():
+            raise RuntimeError(f"task {task.name!r} generated non-finite data for split "
+                               f"{split!r}")
+        _write(path, task, split, data)
+        return data

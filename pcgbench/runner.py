@@ -13,8 +13,6 @@ config never reuses a stale checkpoint, and a run whose record exists is skipped
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import json
 import math
 import statistics
@@ -26,6 +24,7 @@ from typing import Any
 import torch
 
 from pcgbench import environment
+from pcgbench.checkpoints import load_checkpoint, save_checkpoint
 from pcgbench.config import apply_overrides, to_dict
 from pcgbench.errors import PcgError, TrainingDiverged, UnsupportedError
 from pcgbench.method import FitStats, Method, RunContext
@@ -34,7 +33,7 @@ from pcgbench.network import parameter_count
 from pcgbench.presets import check_preset
 from pcgbench.protocol import protocol_for, protocol_overrides
 from pcgbench.registry import METHODS, METRICS, TASKS
-from pcgbench.storage import atomic_write, atomic_write_json, config_hash, ensure_writable
+from pcgbench.storage import atomic_write_json, config_hash, ensure_writable, remove_orphan_temps
 from pcgbench.storage import results_dir as default_results_dir
 from pcgbench.task import Task
 from pcgbench.timing import (
@@ -190,28 +189,36 @@ def _guarded(name: str, phase: str, call: Any) -> Any:
 
 
 def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
-                 device: torch.device) -> tuple[FitStats, bool]:
-    if ckpt.exists() and not opts.force:
-        try:
-            state = torch.load(ckpt, map_location=device, weights_only=True)
-            method.load_state_dict(state["method"])
-            stats = FitStats(**state["fit"])
-            return stats, True
-        except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint is refitted
-            import warnings
+                 device: torch.device) -> tuple[Method, FitStats, bool]:
+    """(method, fit stats, reused).  Loads the verified checkpoint (digest, complete
+    state, finite weights, strict module loads); otherwise -- none, or one that fails
+    verification (warned) -- fits a method rebuilt from scratch (never one a failed load
+    left half-loaded) and writes the checkpoint.  A file lock on the checkpoint makes
+    concurrent runs fit it once."""
+    from filelock import FileLock
 
-            warnings.warn(f"checkpoint {ckpt} is unreadable ({exc}); refitting", stacklevel=2)
-    train = task.dataset("train")
-    stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
-    payload = {"method": method.state_dict(), "fit": dataclasses.asdict(stats)}
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{ckpt}.lock"):
+        if ckpt.exists() and not opts.force:
+            try:
+                expected = set(method.state_dict())
+                state, fit = load_checkpoint(ckpt, device, expected)
+                method.load_state_dict(state)
+                return method, FitStats(**fit), True
+            except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint is refitted
+                import warnings
 
-    def write(tmp: Path) -> None:
-        buf = io.BytesIO()
-        torch.save(payload, buf)
-        tmp.write_bytes(buf.getvalue())
-
-    atomic_write(ckpt, write)
-    return stats, False
+                warnings.warn(f"checkpoint {ckpt} failed verification "
+                              f"({type(exc).__name__}: {exc}); refitting from scratch",
+                              stacklevel=2)
+                context = method.context
+                seed_everything(opts.seed)
+                method = type(method)(task, method.config, device)
+                method.context = context
+        train = task.dataset("train")
+        stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
+        save_checkpoint(ckpt, method.state_dict(), stats)
+        return method, stats, False
 
 
 def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.device) -> Method:
@@ -226,7 +233,7 @@ def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.dev
     method.context = ctx
     _, ckpt = _paths(ensure_writable(default_results_dir(ctx.results_dir)),
                      run_key(task, method, opts, device))
-    _fit_or_load(method, task, ckpt, opts, device)
+    method, _, _ = _fit_or_load(method, task, ckpt, opts, device)
     return method
 
 
@@ -292,7 +299,7 @@ def data_reference_record(task: Task, opts: RunOptions) -> Path:
            "method": "data", "config": {}, "seed": 0, "preset": opts.preset,
            "record_version": RECORD_VERSION}
     path, _ = _paths(root, key)
-    if path.exists() and not opts.force:
+    if not opts.force and _read_record(path) is not None:  # a corrupt one is regenerated
         return path
     val, test = task.dataset("val"), task.dataset("test")
     metrics = evaluate(task, val.x, test.x, val.cond, test.cond)
@@ -321,17 +328,46 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
                                 results_dir=opts.results_dir, data_dir=opts.data_dir,
                                 progress=opts.progress)
     root = ensure_writable(default_results_dir(opts.results_dir))
+    remove_orphan_temps(root)
     key = run_key(task, method, opts, device)
     path, ckpt = _paths(root, key, _record_extra(opts))
     variant = variant_label(task, method, opts)
-    if path.exists() and not opts.force:
-        return json.loads(path.read_text()), path, True
+    from filelock import FileLock
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # identical concurrent runs: the first does the work, the others wait and skip
+    with FileLock(f"{path}.lock"):
+        existing = _read_record(path) if not opts.force else None
+        if existing is not None:
+            return existing, path, True
+        return _execute(opts, task, method, device, key, path, ckpt, variant)
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """The stored record, or None when there is none or it is unreadable (a corrupt
+    record does not block a rerun; it is replaced, with a warning)."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or "metrics" not in record:
+            raise ValueError("not a run record")
+        return record
+    except (OSError, ValueError) as exc:
+        import warnings
+
+        warnings.warn(f"run record {path} is unreadable ({exc}); rerunning", stacklevel=2)
+        return None
+
+
+def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
+             key: dict[str, Any], path: Path, ckpt: Path, variant: str | None
+             ) -> tuple[dict[str, Any], Path, bool]:
     started = environment.now()
     t_start = time.perf_counter()
     reset_peak_memory(device)
     try:
-        fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
+        method, fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
     except TrainingDiverged as exc:  # a failed run is recorded, not scored
         record = {**key, **_record_extra(opts), "variant": variant,
                   "config_hash": config_hash(key),

@@ -82,3 +82,21 @@ def config_hash(obj: Any, length: int = 12) -> str:
 
     blob = json.dumps(obj, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def remove_orphan_temps(root: Path, older_than: float = 3600.0) -> int:
+    """Delete temp files (``.name.XXXX.tmp``) that killed writes left under ``root``,
+    older than ``older_than`` seconds (younger ones may belong to a running write)."""
+    import time
+
+    removed = 0
+    now = time.time()
+    for sub in ("records", "checkpoints"):
+        for p in (root / sub).rglob(".*.tmp") if (root / sub).exists() else ():
+            try:
+                if now - p.stat().st_mtime > older_than:
+                    p.unlink()
+                    removed += 1
+            except OSError:
+                continue
+    return removed
