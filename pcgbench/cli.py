@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chart", default=None)
     p.add_argument("--device", default="cpu")
 
+    p = sub.add_parser("audit", help="the paper's claims about PMosFM with our measured "
+                       "values (from the run records) and computed verdicts")
+    _add_common(p)
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--format", choices=["md", "csv"], default="md")
+
     p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
     _add_common(p)
     p.add_argument("action", choices=["generate", "inspect", "verify"])
@@ -343,6 +349,26 @@ def cmd_show_config(args: argparse.Namespace) -> None:
     print(json.dumps(to_dict(method.config), indent=2, sort_keys=True))
 
 
+def cmd_audit(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from pcgbench.audit import audit_rows
+    from pcgbench.leaderboard import load_records
+    from pcgbench.presets import check_preset
+    from pcgbench.storage import results_dir
+
+    check_preset(args.preset)
+    df = pd.DataFrame(audit_rows(load_records(results_dir(args.results)), args.preset))
+    if args.format == "csv":
+        print(df.to_csv(index=False), end="")
+        return
+    counts = df["verdict"].str.split(" ").str[0].str.rstrip(":").value_counts()
+    print(f"audit of the paper's claims at preset {args.preset!r} (verdicts computed from "
+          "the run records; paper values are the authors', on their data and GPU)\n")
+    print(df.to_markdown(index=False))
+    print("\n" + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+
+
 def cmd_data(args: argparse.Namespace) -> None:
     import time
 
@@ -384,7 +410,8 @@ def cmd_study(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,
-            "protocol": cmd_protocol, "show-config": cmd_show_config, "data": cmd_data,
+            "protocol": cmd_protocol, "show-config": cmd_show_config, "audit": cmd_audit,
+            "data": cmd_data,
             "study": cmd_study}
 
 
