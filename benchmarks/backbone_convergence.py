@@ -26,18 +26,20 @@ from tabulate import tabulate
 
 import pcgbench.methods.fm_ot as fm_ot_module
 from pcgbench import environment
+from pcgbench.config import apply_overrides, parse_assignments
 from pcgbench.method import RunContext
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.runner import evaluate, seed_everything
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,
-          batch: int) -> list[dict]:
+          batch: int, overrides: dict | None = None) -> list[dict]:
     task = TASKS.get(task_name)(preset=preset, data_dir=data_dir, progress=False)
     name = "ffm" if task.spec.zero_shot else "fm_ot"
     cls = METHODS.get(name)
     seed_everything(seed)
-    method = cls(task, cls.Config.for_preset(preset).replace(iterations=max(checkpoints)), "cpu")
+    config = apply_overrides(cls.Config.for_preset(preset), dict(overrides or {}))
+    method = cls(task, config.replace(iterations=max(checkpoints)), "cpu")
     method.context = RunContext(seed=seed, preset=preset, progress=False)
     test, val = task.dataset("test"), task.dataset("val")
     floor = evaluate(task, val.x, test.x, val.cond, test.cond)
@@ -57,7 +59,9 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
             chunks.append(method.sample(c, min(batch, len(test) - i), gen))
         m = evaluate(task, torch.cat(chunks), test.x, test.cond, test.cond)
         method.net.train()
-        row = {"task": task_name, "backbone": name, "updates": k,
+        row = {"task": task_name, "backbone": name + (
+                   f"[{','.join(f'{a}={b}' for a, b in overrides.items())}]" if overrides
+                   else ""), "updates": k,
                "wd": m.get("wd"), "wd floor": floor.get("wd"),
                "wd / floor": (m["wd"] / floor["wd"]) if m.get("wd") and floor.get("wd")
                else None, "train s": round(clock["train"], 1)}
@@ -90,6 +94,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="backbone config overrides, e.g. --set backbone.width=32")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"machine: {environment.device_description(torch.device('cpu'))}; preset "
@@ -97,7 +103,7 @@ def main() -> None:
     rows = []
     for t in args.tasks or TASKS.names():
         rows += curve(t, args.preset, sorted(args.checkpoints), args.seed, args.data_dir,
-                      args.batch_size)
+                      args.batch_size, parse_assignments(args.set))
     print()
     print(tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
 
