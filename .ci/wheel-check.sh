@@ -26,4 +26,6 @@ PY
 PCGBENCH_RESULTS="$tmp/results" PCGBENCH_DATA="$tmp/data" \
   "$tmp/venv/bin/pcgbench" run --task burgers --method fm_ot --preset smoke --quiet
 PCGBENCH_RESULTS="$tmp/results" "$tmp/venv/bin/pcgbench" leaderboard --task burgers >/dev/null
+PCGBENCH_RESULTS="$tmp/results" "$tmp/venv/bin/pcgbench" audit --preset smoke >/dev/null  # claims.csv shipped
+"$tmp/venv/bin/pcgbench" protocol --task burgers >/dev/null
 echo "wheel check ok"
