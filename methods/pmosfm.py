@@ -35,6 +35,7 @@ Choices where the paper is silent (all config fields, see ``PMosFMConfig``):
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -76,6 +77,7 @@ class PMosFMConfig(MethodConfig):
     delta_range: tuple[float, float] = (0.01, 0.1)
     encoder_refine_iters: int = 0  # Gauss-Newton refinements of eta_c toward Eq. declared-encoder
     encode_batch: int = 64
+    grad_norm_every: int = 50  # record ||grad L_FM|| and ||grad L_PE|| every k updates (0: off)
 
     @classmethod
     def for_preset(cls, preset: str) -> PMosFMConfig:
@@ -282,10 +284,23 @@ class PMosFM(Method):
         cond_dev = None if cond_all is None else cond_all.to(self.device)
         gen = torch.Generator().manual_seed(self.context.seed)
 
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        norms: dict[str, list[float]] = {"fm": [], "pe": []}
+
+        def grad_norm(term: torch.Tensor) -> float:
+            grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+            return float(torch.sqrt(sum(g.pow(2).sum() for g in grads if g is not None)))
+
         def loss(step: int) -> torch.Tensor:
             idx = batch_indices(len(r1_all), cfg.batch_size, gen).to(self.device)
             c = None if cond_dev is None else cond_dev[idx]
             l_fm, l_pe = self._losses(r1_all[idx], c, gen)
+            if cfg.grad_norm_every and step % cfg.grad_norm_every == 0:
+                # the two weighted terms' gradient norms before the shared clip: whether
+                # one term drowns the other (issue 14: L_PE 1.3-9.7 vs L_FM 0.015-0.45)
+                norms["fm"].append(grad_norm(cfg.gamma * l_fm))
+                if l_pe is not None:
+                    norms["pe"].append(grad_norm((1 - cfg.gamma) * l_pe))
             if l_pe is None:  # gamma = 1, or no draw with t > s in this batch
                 return l_fm if cfg.gamma >= 1.0 else cfg.gamma * l_fm
             return cfg.gamma * l_fm + (1 - cfg.gamma) * l_pe
@@ -295,6 +310,10 @@ class PMosFM(Method):
                            device=self.device, progress=progress, desc=f"fit {self.name}")
         self.net.eval()
         stats.extra["calibration_seconds"] = self.info["calibration_seconds"]
+        for k, v in norms.items():
+            if v:
+                stats.extra[f"grad_norm_{k}_median"] = statistics.median(v)
+                stats.extra[f"grad_norm_{k}_first_last"] = [v[0], v[-1]]
         return stats
 
     # -- sampling -------------------------------------------------------------------------

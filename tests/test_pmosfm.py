@@ -126,3 +126,21 @@ def test_exact_flow_map_is_a_fixed_point_of_the_endpoint_loss(task):
     assert abs(_pe_minimising_scale(task, 1.0) - 1.0) < 0.02
     assert abs(_pe_minimising_scale(task, 3.0, delta_range=(0.001, 0.01)) - 1.0) < 0.002
     assert _pe_minimising_scale(task, 3.0, delta_range=(0.05, 0.95)) < 0.8
+
+
+def test_fit_records_both_gradient_norms(task):
+    cfg = PMosFMConfig.for_preset("smoke").replace(iterations=4, grad_norm_every=2)
+    m = PMosFM(task, cfg)
+    stats = m.fit(task.dataset("train"), progress=False)
+    for k in ("fm", "pe"):
+        assert stats.extra[f"grad_norm_{k}_median"] > 0
+        assert len(stats.extra[f"grad_norm_{k}_first_last"]) == 2
+    # the diagnostics do not change training: same weights with and without them
+    torch.manual_seed(0)
+    m2 = PMosFM(task, cfg)
+    torch.manual_seed(0)
+    off = PMosFM(task, cfg.replace(grad_norm_every=0))
+    m2.fit(task.dataset("train"), progress=False)
+    off.fit(task.dataset("train"), progress=False)
+    for a, b in zip(m2.net.parameters(), off.net.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
