@@ -70,6 +70,8 @@ class PMosFMConfig(MethodConfig):
     whitening: str = "full"  # "full" P_s | "diagonal" standardization | "none"
     eps_p: float = 1e-3  # covariance regularizer eps_P
     whitening_rank: int | None = None  # cap -> low-rank-plus-isotropic P_s
+    # rank per condition bin = fraction x its samples (None: keep all eigenpairs)
+    whitening_rank_fraction: float | None = None
     endpoint_share: float = 0.25  # share of (s, t) draws set to (0, 1)
     diagonal_share: float = 0.0  # share of draws with t = s (L_FM only)
     # delta / (t - s): small, so that the exact flow map is (to O(delta)) a fixed point
@@ -278,7 +280,8 @@ class PMosFM(Method):
             r1_all = self.geometry.to_r(y1)
         wc = self._whiten_cond(cond_all)
         self.whitening.fit(r1_all, eps=cfg.eps_p, rank=cfg.whitening_rank,
-                           cond=None if wc is None else wc.to(self.device))
+                           cond=None if wc is None else wc.to(self.device),
+                           rank_fraction=cfg.whitening_rank_fraction)
         self.info["calibration_seconds"] = time.perf_counter() - t0
         self.info["geometry"] = type(self.geometry).__name__
         cond_dev = None if cond_all is None else cond_all.to(self.device)

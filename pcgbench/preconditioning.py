@@ -212,10 +212,20 @@ class InputWhitening(_Resizable):
         groups: Tensor | None = None,
         cond: Tensor | None = None,
         n_bins: int = 8,
+        rank_fraction: float | None = None,
     ) -> InputWhitening:
-        """Fit from training coordinates ``r1`` [N, *coord_shape]; returns ``self``."""
+        """Fit from training coordinates ``r1`` [N, *coord_shape]; returns ``self``.
+
+        ``rank_fraction`` f: keep in each group/bin only the top floor(f * n_g) (>= 1)
+        eigenpairs, the rest of the spectrum replaced by its mean (low-rank-plus-isotropic).
+        With all eigenpairs of an n_g-sample group kept, the directions outside the
+        training span get the gain eps^-1/2 as s -> 1, and held-out fields are blown up
+        (Kolmogorov smoke, 3 samples per bin: held-out RMS 212x the training RMS at s = 1);
+        with f = 0.25 the complement gets the residual spectrum's mean instead."""
         if eps <= 0:
             raise PcgError("whitening eps must be positive")
+        if rank_fraction is not None and not 0 < rank_fraction <= 1:
+            raise PcgError(f"whitening rank_fraction must lie in (0, 1], got {rank_fraction}")
         x = r1.detach().reshape(r1.shape[0], -1)
         n, m = x.shape
         if groups is not None and cond is not None:
@@ -233,7 +243,9 @@ class InputWhitening(_Resizable):
             idx, labels, edges, kind = torch.zeros(n, dtype=torch.long), None, None, _SINGLE
         n_groups = int(idx.max()) + 1 if n else 0
         k_max = min(rank if rank is not None else m, m)
-        stats = [_group_stats(x[idx.to(x.device) == g], k_max) for g in range(n_groups)]
+        members = [x[idx.to(x.device) == g] for g in range(n_groups)]
+        stats = [_group_stats(xg, k_max if rank_fraction is None else min(
+            k_max, max(1, int(rank_fraction * xg.shape[0])))) for xg in members]
         if any(s is None for s in stats):
             raise PcgError("a whitening group/bin has no samples; use fewer bins")
         k = max(s[1].shape[1] for s in stats)  # type: ignore[index]
