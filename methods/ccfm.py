@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -105,8 +106,9 @@ class CCFMConfig(MethodConfig):
     newton_steps: int = 1  # Gauss-Newton iterations per projection (nonlinear h)
     final_newton_steps: int = 3  # extra iterations at t = 1 for nonlinear h
     constraints: tuple[str, ...] = ()  # task constraint names; empty = all
-    dtype: str = "float32"
-    jacobian: str = "auto"  # "dense": vmap(jacrev); "auto": coloured forward mode if exact
+    dtype: Literal["float32", "float64"] = "float32"
+    # "dense": vmap(jacrev); "auto": coloured forward mode where exact
+    jacobian: Literal["auto", "dense"] = "auto"
 
 
 @METHODS.register("ccfm")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -60,7 +61,7 @@ class CoCoGenConfig(MethodConfig):
     correct_eps: float = 2e-3
     extra_corrections: int = 10
     extra_eps: float = 2e-4
-    dtype: str = "float32"
+    dtype: Literal["float32", "float64"] = "float32"
 
 
 @METHODS.register("cocogen")

@@ -24,6 +24,7 @@ pass; all are counted by the backbone wrapper (at most (25 + 1) * 6 = 156 by def
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -40,11 +41,11 @@ class DFlowConfig(MethodConfig):
     max_eval_factor: float = 1.25  # max_eval = factor * iterations
     lr: float = 1.0
     history_size: int = 20
-    line_search: str = "strong_wolfe"  # or "none"
+    line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
     chi_weight: float = 0.01  # lam of the chi-norm regularizer (0 = off)
     residual_weight: float = 0.0
     constraints: tuple[str, ...] = ()  # task constraint names; empty = all
-    dtype: str = "float32"
+    dtype: Literal["float32", "float64"] = "float32"
 
 
 @METHODS.register("dflow")

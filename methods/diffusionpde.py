@@ -39,6 +39,7 @@ schedule are not used (no observations in the generation tasks).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -75,7 +76,7 @@ class DiffusionPDEConfig(MethodConfig):
     residual_weight: float = 0.0  # weight of the evaluator residual mean(R^2)
     max_step_rms: float = 0.1  # cap on the RMS of one guidance step (normalized units)
     constraints: tuple[str, ...] = ()  # task constraint names; empty = all
-    dtype: str = "float32"
+    dtype: Literal["float32", "float64"] = "float32"
 
 
 @METHODS.register("diffusionpde")

@@ -36,6 +36,7 @@ linear constraint are refused (one line).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -63,9 +64,9 @@ class ECIConfig(MethodConfig):
     resample_step: int = 1  # redraw eps every this many interpolations (0 = never)
     shared_jacobian: bool = True  # affine part of h independent of the condition
     constraints: tuple[str, ...] = ()  # task constraint names; empty = all
-    nonlinear: str = "ignore"  # "ignore" | "gauss_newton" (our extension)
+    nonlinear: Literal["ignore", "gauss_newton"] = "ignore"  # gauss_newton: our extension
     newton_steps: int = 1
-    dtype: str = "float32"
+    dtype: Literal["float32", "float64"] = "float32"
 
 
 @METHODS.register("eci")

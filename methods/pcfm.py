@@ -32,6 +32,7 @@ constraints use one shared Jacobian per ``sample`` call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -58,8 +59,9 @@ class PCFMConfig(MethodConfig):
     final_newton_steps: int = 2  # anchored projection of the output (0: none)
     final_damping: float = 0.0
     constraints: tuple[str, ...] = ()  # task constraint names; empty = all
-    dtype: str = "float32"  # "float64" runs backbone and projections in double
-    jacobian: str = "auto"  # "dense": vmap(jacrev); "auto": coloured forward mode if exact
+    dtype: Literal["float32", "float64"] = "float32"  # float64: backbone and projections
+    # "dense": vmap(jacrev); "auto": coloured forward mode where exact
+    jacobian: Literal["auto", "dense"] = "auto"
 
 
 @METHODS.register("pcfm")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -56,7 +57,7 @@ class PIDMConfig(MethodConfig):
     snr_clip: float = 5.0
     ema_decay: float = 0.99
     ema_warmup: bool = True
-    sampling_variance: str = "beta"  # sigma_t^2 = beta_t (reference) | "posterior"
+    sampling_variance: Literal["beta", "posterior"] = "beta"  # sigma_t^2 = beta_t: reference
     conditioned: bool = True  # feed the condition also on zero-shot tasks
 
     @classmethod

@@ -38,6 +38,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -66,8 +67,10 @@ class PMosFMConfig(MethodConfig):
     lr: float = 1e-3
     gamma: float = 0.5  # weight of L_FM; 1 - gamma on L_PE
     chart: str | None = None  # None: the task's default chart
-    geometry: str = "auto"  # "auto": chart's exact C_c or probed diagonal; "none": C = I
-    whitening: str = "full"  # "full" P_s | "diagonal" standardization | "none"
+    # "auto": the chart's exact C_c or a probed diagonal; "none": C = I
+    geometry: Literal["auto", "none"] = "auto"
+    # "full" P_s | "diagonal" standardization | "none"
+    whitening: Literal["full", "diagonal", "none"] = "full"
     eps_p: float = 1e-3  # covariance regularizer eps_P
     whitening_rank: int | None = None  # cap -> low-rank-plus-isotropic P_s
     # rank per condition bin = fraction x its samples (None: keep all eigenpairs)

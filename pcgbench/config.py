@@ -75,6 +75,10 @@ def coerce(value: Any, hint: Any, name: str, full: str, owner: str) -> Any:
         return PcgError(f"--set {full}={value!r}: {owner}.{name} expects {expected}")
 
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        if value not in args or isinstance(value, bool) != isinstance(args[0], bool):
+            raise bad("one of " + ", ".join(map(repr, args)))
+        return value
     if origin in (typing.Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.lower() == "none"):
             if type(None) in args:

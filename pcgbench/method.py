@@ -53,6 +53,9 @@ class FitStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+KNOWN_REQUIREMENTS = frozenset({"chart", "constraints", "linear_constraints"})
+
+
 class Method(ABC):
     """Base class of every method.
 
@@ -64,13 +67,23 @@ class Method(ABC):
     name: ClassVar[str] = ""
     Config: ClassVar[type[MethodConfig]] = MethodConfig
     description: ClassVar[str] = ""
-    #: capabilities needed from the task: "chart", "constraints", "linear_constraints"
+    #: capabilities needed from the task, from ``KNOWN_REQUIREMENTS`` (checked when the
+    #: class is defined): "chart", "constraints", "linear_constraints"
     requires: ClassVar[frozenset[str]] = frozenset()
     #: the shared pretrained flow backbone (``pretrained``) of sampling-time methods, and
     #: the one on zero-shot constrained-PDE tasks (the protocol's common FFM backbone,
     #: REFERENCES.md "Constrained-PDE suite"); see ``shared_backbone``
     default_backbone: ClassVar[str] = "fm_ot"
     zero_shot_backbone: ClassVar[str] = "ffm"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = set(cls.requires) - KNOWN_REQUIREMENTS
+        if unknown:
+            from pcgbench.errors import PcgError
+
+            raise PcgError(f"method class {cls.__name__}: unknown requirement(s) "
+                           f"{sorted(unknown)}; known: {sorted(KNOWN_REQUIREMENTS)}")
 
     def __init__(self, task: Task, config: MethodConfig, device: torch.device | str = "cpu"):
         self.task = task
@@ -93,6 +106,10 @@ class Method(ABC):
                 f"method {cls.name!r} needs hard constraints, and task {task.name!r} "
                 "declares none"
             )
+        if "linear_constraints" in cls.requires and not any(
+                c.linear for c in task.constraints().values()):
+            return (f"method {cls.name!r} needs linear constraints, and task {task.name!r} "
+                    "has none")
         return None
 
     # -- the sampling protocol (pcgbench.protocol) ----------------------------------------

@@ -25,7 +25,11 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Name -> object mapping with lazy entries and did-you-mean errors."""
 
-    def __init__(self, kind: str, entry_point_group: str, builtin_modules: tuple[str, ...] = ()):
+    def __init__(self, kind: str, entry_point_group: str, builtin_modules: tuple[str, ...] = (),
+                 base: str | None = None):
+        #: ``"module:Class"`` every registered class must subclass (checked on add, as
+        #: lm-eval's registry does); resolved lazily to avoid import cycles
+        self.base = base
         self.kind = kind
         self.entry_point_group = entry_point_group
         self._builtin_modules = builtin_modules
@@ -45,6 +49,12 @@ class Registry(Generic[T]):
 
     def add(self, name: str, obj: T) -> None:
         check_name(self.kind, name)
+        if self.base is not None:
+            module, _, attr = self.base.partition(":")
+            base = getattr(importlib.import_module(module), attr)
+            if not (isinstance(obj, type) and issubclass(obj, base)):
+                raise PcgError(f"{self.kind} {name!r}: {obj!r} is not a subclass of "
+                               f"{base.__module__}.{base.__name__}")
         if name in self._objects and self._objects[name] is not obj:
             raise PcgError(f"duplicate {self.kind} name {name!r}: already registered")
         if name in self._lazy:
@@ -110,9 +120,12 @@ class Registry(Generic[T]):
         return iter(self.names())
 
 
-TASKS: Registry = Registry("task", "pcgbench.tasks", ("pcgbench.tasks",))
-METHODS: Registry = Registry("method", "pcgbench.methods", ("pcgbench.methods",))
-METRICS: Registry = Registry("metric", "pcgbench.metrics", ("pcgbench.metrics",))
+TASKS: Registry = Registry("task", "pcgbench.tasks", ("pcgbench.tasks",),
+                           base="pcgbench.task:Task")
+METHODS: Registry = Registry("method", "pcgbench.methods", ("pcgbench.methods",),
+                             base="pcgbench.method:Method")
+METRICS: Registry = Registry("metric", "pcgbench.metrics", ("pcgbench.metrics",),
+                             base="pcgbench.metric:Metric")
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")

@@ -126,3 +126,29 @@ def test_broken_lazy_entry_is_one_line_and_list_survives(capsys):
         assert "broken_entry           (cannot be loaded" in capsys.readouterr().out
     finally:
         METHODS._lazy.pop("broken_entry", None)
+
+
+def test_registry_checks_the_base_class_and_requirements():
+    from pcgbench.method import Method
+    from pcgbench.registry import METHODS, METRICS, TASKS
+
+    for reg in (METHODS, METRICS, TASKS):
+        with pytest.raises(PcgError, match="is not a subclass"):
+            reg.add("not_a_subclass_xyz", object)
+    with pytest.raises(PcgError, match="unknown requirement"):
+        class Bad(Method):  # noqa: F841 - defining it is the test
+            requires = frozenset({"chrat"})
+
+
+def test_literal_modes_are_validated_before_fit(tmp_path, monkeypatch, capsys):
+    from pcgbench.cli import main
+
+    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "r"))
+    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "d"))
+    for method, item in (("pmosfm", "whitening=ful"), ("pcfm", "jacobian=sparse"),
+                         ("pcfm", "dtype=float16"), ("pidm", "sampling_variance=post")):
+        assert main(["run", "--task", "burgers", "--method", method, "--preset", "smoke",
+                     "--quiet", "--set", item]) == 2
+        err = capsys.readouterr().err
+        assert "expects one of" in err and err.count("\n") == 1
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").rglob("*.h5"))
