@@ -52,7 +52,8 @@ def main() -> None:
                           progress=True, overrides=overrides)
         task = build_task(opts)
         method = build_method(task, opts, device)
-        _, ckpt = _paths(results_dir(args.results), run_key(task, method, opts, device))
+        _, ckpt = _paths(results_dir(args.results), run_key(task, method, opts, device), None,
+                         method.config)
         method, _, reused = _fit_or_load(method, task, ckpt, opts, device)
         print(f"{name}: checkpoint {'reused' if reused else 'fitted'} ({ckpt})")
         loaded[name] = method

@@ -9,6 +9,7 @@ coupling (Tong et al. 2023) pairs x0 and x1 within a batch by exact EMD (POT).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -33,6 +34,8 @@ PRESET_BUDGET = {"smoke": (30, 16), "cpu": (800, 32), "paper": (20000, 64)}
 
 @dataclass(frozen=True)
 class FMOTConfig(MethodConfig):
+    sampling_only: ClassVar[frozenset[str]] = frozenset({"steps"})  # Euler steps
+
     backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
     iterations: int = 800
     batch_size: int = 32

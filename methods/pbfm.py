@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from tqdm.auto import tqdm
@@ -57,6 +58,8 @@ from pcgbench.training import batch_indices
 
 @dataclass(frozen=True)
 class PBFMConfig(MethodConfig):
+    sampling_only: ClassVar[frozenset[str]] = frozenset({"steps"})  # Euler steps
+
     backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
     iterations: int = 800
     batch_size: int = 32

@@ -23,7 +23,14 @@ from pcgbench.task import FieldData, Task
 
 @dataclass(frozen=True)
 class MethodConfig:
-    """Base of every method config.  Override ``for_preset`` to scale budgets."""
+    """Base of every method config.  Override ``for_preset`` to scale budgets.
+
+    ``sampling_only`` names the fields that change only how a fitted model is sampled
+    (e.g. FM-OT's Euler ``steps``): they are left out of the checkpoint's identity, so a
+    sampler-only variant (``--set steps=100``) reuses the fitted network instead of
+    refitting it; they stay in the record's identity (a variant column)."""
+
+    sampling_only: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def for_preset(cls, preset: str) -> MethodConfig:

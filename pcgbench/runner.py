@@ -150,13 +150,23 @@ def variant_label(task: Task, method: Method, opts: RunOptions) -> str | None:
     return opts.tag or ",".join(diff)
 
 
-def _paths(root: Path, key: dict[str, Any], record_extra: dict[str, Any] | None = None
-           ) -> tuple[Path, Path]:
+def fit_key(key: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The checkpoint's identity: the run key without the config's ``sampling_only``
+    fields (a sampler-only change reuses the fitted model)."""
+    skip = getattr(type(config), "sampling_only", frozenset())
+    if not skip:
+        return key
+    return {**key, "config": {k: v for k, v in key["config"].items() if k not in skip}}
+
+
+def _paths(root: Path, key: dict[str, Any], record_extra: dict[str, Any] | None = None,
+           config: Any = None) -> tuple[Path, Path]:
     """(record path, checkpoint path).  The checkpoint is named by the fit's identity
-    ``key``; the record also by ``record_extra`` (sampling settings such as the batch
-    size), so a run with another batch size is a new record reusing the checkpoint."""
+    (``key`` without the config's sampling-only fields); the record by the whole key and
+    ``record_extra`` (sampling settings such as the batch size), so a run with another
+    batch size or Euler step count is a new record reusing the checkpoint."""
     sub = Path(key["task"]) / key["preset"] / key["method"]
-    ck = sub / f"seed{key['seed']}-{config_hash(key)}"
+    ck = sub / f"seed{key['seed']}-{config_hash(fit_key(key, config))}"
     rk = sub / f"seed{key['seed']}-{config_hash({**key, **(record_extra or {})})}"
     records, ckpts = root / "records", root / "checkpoints"
     return records / rk.with_suffix(".json"), ckpts / ck.with_suffix(".pt")
@@ -168,7 +178,8 @@ def record_path(opts: RunOptions) -> Path:
     method = build_method(task, opts, torch.device("cpu"))
     root = default_results_dir(opts.results_dir)
     device = environment.resolve_device(opts.device)
-    return _paths(root, run_key(task, method, opts, device), _record_extra(opts))[0]
+    return _paths(root, run_key(task, method, opts, device), _record_extra(opts),
+                  method.config)[0]
 
 
 def _record_extra(opts: RunOptions) -> dict[str, Any]:
@@ -232,7 +243,7 @@ def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.dev
     method = build_method(task, opts, device)
     method.context = ctx
     _, ckpt = _paths(ensure_writable(default_results_dir(ctx.results_dir)),
-                     run_key(task, method, opts, device))
+                     run_key(task, method, opts, device), None, method.config)
     method, _, _ = _fit_or_load(method, task, ckpt, opts, device)
     return method
 
@@ -330,7 +341,7 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     root = ensure_writable(default_results_dir(opts.results_dir))
     remove_orphan_temps(root)
     key = run_key(task, method, opts, device)
-    path, ckpt = _paths(root, key, _record_extra(opts))
+    path, ckpt = _paths(root, key, _record_extra(opts), method.config)
     variant = variant_label(task, method, opts)
     from filelock import FileLock
 

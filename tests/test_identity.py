@@ -66,3 +66,16 @@ def test_show_config_prints_the_resolved_config(capsys):
     assert main(["show-config", "--task", "kolmogorov", "--method", "pcfm", "--preset",
                  "cpu", "--set", "steps=7"]) == 0
     assert "variant [steps=7]" in capsys.readouterr().out
+
+
+def test_a_sampler_only_variant_reuses_the_fitted_checkpoint(dirs, capsys):
+    assert main(RUN) == 0
+    assert main([*RUN, "--set", "steps=5"]) == 0
+    recs = {r.get("variant"): r for r in _records(dirs / "results") if r["method"] == "fm_ot"}
+    assert recs["steps=5"]["training"]["checkpoint_reused"] is True
+    assert recs["steps=5"]["nfe"] == 5 and recs[None]["nfe"] == 20
+    assert recs["steps=5"]["checkpoint"] == recs[None]["checkpoint"]
+    # a training field is part of the fit's identity: another checkpoint
+    assert main([*RUN, "--set", "lr=0.002"]) == 0
+    recs = {r.get("variant"): r for r in _records(dirs / "results") if r["method"] == "fm_ot"}
+    assert recs["lr=0.002"]["checkpoint"] != recs[None]["checkpoint"]
