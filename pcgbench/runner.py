@@ -406,7 +406,7 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     method.nfe.reset()
     first = _guarded(method.name, "sample",
                      lambda: method.sample(cond_slice(0, batch), batch, gen))
-    nfe = method.nfe.count
+    nfe_per_batch = [method.nfe.count]
     _check_samples(first, task, batch, method.name)
 
     # Inference time: synchronized, after warm-up (the call above), median over the
@@ -416,10 +416,13 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     repeats: list[float] = []
 
     def timed(cond: torch.Tensor | None, size: int, g: torch.Generator) -> torch.Tensor:
+        method.nfe.reset()
         synchronize(device)
         t0 = time.perf_counter()
-        out = method.sample(cond, size, g)
+        out = _guarded(method.name, "sample", lambda: method.sample(cond, size, g))
         synchronize(device)
+        _check_samples(out, task, size, method.name)
+        nfe_per_batch.append(method.nfe.count)  # adaptive samplers vary per batch
         if size == batch:
             repeats.append(time.perf_counter() - t0)
             breakdowns.append(dict(method.sample_breakdown))
@@ -435,6 +438,9 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     for _ in range(opts.timing_repeats - len(repeats)):
         timed(cond_slice(0, batch), batch, torch.Generator(device="cpu").manual_seed(1))
     per_batch = statistics.median(repeats)
+    nfe: float | int = statistics.fmean(nfe_per_batch)
+    if all(v == nfe_per_batch[0] for v in nfe_per_batch):
+        nfe = nfe_per_batch[0]
     breakdown = {
         k: sorted(b.get(k, 0.0) for b in breakdowns)[len(breakdowns) // 2] / batch
         for k in (breakdowns[0] if breakdowns else {})
@@ -455,7 +461,8 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
         "status": status,
         "status_reason": reason,
         "metrics": metrics,
-        "nfe": nfe,
+        "nfe": nfe,  # mean over every sampled batch (equal for fixed-step samplers)
+        "nfe_per_batch": nfe_per_batch,
         "inference": {
             "seconds_per_sample": per_batch / batch,
             "seconds_per_batch": per_batch,

@@ -92,3 +92,33 @@ def test_energy_of_nan_is_nan_not_a_perfect_zero():
     y = torch.randn(4, 1, 3)
     v = energy_distance(x, y)
     assert v != 0.0
+
+
+class _VarNFE(Method):
+    """An 'adaptive' sampler: 1, 2, 1, 2, ... network calls on successive batches."""
+
+    Config = _HalfNaNConfig
+
+    def __init__(self, task, config, device="cpu"):
+        super().__init__(task, config, device)
+        self.net = self.counted(torch.nn.Identity())
+        self.calls = 0
+
+    def fit(self, train, progress=True):
+        return FitStats(update_seconds=[0.0], losses=[0.0])
+
+    def sample(self, cond, n, generator):
+        x = torch.randn((n, *self.task.spec.field_shape), generator=generator)
+        for _ in range(1 + self.calls % 2):
+            x = self.net(x)
+        self.calls += 1
+        return x
+
+
+def test_nfe_is_counted_on_every_batch(dirs, capsys):
+    if "var_nfe" not in METHODS:
+        METHODS.add("var_nfe", _VarNFE)
+    assert main([*RUN, "--method", "var_nfe", "--batch-size", "4"]) == 0
+    (rec,) = [r for r in _records(dirs / "results") if r["method"] == "var_nfe"]
+    per = rec["nfe_per_batch"]
+    assert per[:4] == [1, 2, 1, 2] and rec["nfe"] == sum(per) / len(per)
