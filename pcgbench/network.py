@@ -36,5 +36,8 @@ class CountedNetwork(nn.Module):
         return self.net(*args, **kwargs)
 
 
-def parameter_count(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
+def parameter_count(*modules: nn.Module) -> int:
+    """Trainable-size count over the modules, each parameter once (a module stored twice,
+    e.g. inside a solver wrapper, does not double the count)."""
+    unique = {id(p): p for m in modules for p in m.parameters()}
+    return sum(p.numel() for p in unique.values())

@@ -484,7 +484,7 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
                      "applied": bool(protocol_overrides(task.name, type(method), opts.preset)),
                      "overridden": sorted(set(opts.overrides) & set(
                          protocol_for(task.name, type(method)).settings))},
-        "parameters": sum(parameter_count(m) for m in method.modules()),
+        "parameters": parameter_count(*method.modules()),
         "n_samples": n,
         "device": environment.device_description(device),
         "versions": environment.package_versions(),

@@ -250,3 +250,14 @@ def test_zero_shot_backbone_ignores_constraint_data():
     assert torch.equal(a, b)
     cond_net = field_backbone(cfg, spec, conditioned=True)
     assert not torch.allclose(cond_net(x, t, torch.randn(2, 8)), cond_net(x, t, torch.randn(2, 8)))
+
+
+def test_parameter_count_counts_shared_parameters_once():
+    from torch import nn
+
+    from pcgbench.network import parameter_count
+
+    lin = nn.Linear(3, 4)
+    wrapper = nn.Sequential(lin)  # e.g. an ODE-solver module holding the same net
+    assert parameter_count(lin) == 16
+    assert parameter_count(lin, wrapper) == 16
