@@ -41,6 +41,7 @@ from typing import Literal
 import torch
 
 from pcgbench.method import MethodConfig
+from pcgbench.methods._flow import bshape
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS
 from pcgbench.timing import PhaseTimer
@@ -83,7 +84,7 @@ class CoCoGen(BackboneSampler):
             r = self.task.residual(x, cond)
             (g,) = torch.autograd.grad(r.pow(2).sum(), x)
         gmax = g.reshape(g.shape[0], -1).abs().amax(dim=1).clamp_min(1e-30)
-        gmax = gmax.view(-1, *([1] * (g.ndim - 1)))
+        gmax = bshape(gmax, g.ndim)
         return self.encode((x - eps * g / gmax).detach())
 
     def correction_plan(self) -> list[int]:

@@ -44,6 +44,7 @@ from typing import Literal
 import torch
 
 from pcgbench.method import MethodConfig
+from pcgbench.methods._flow import bshape
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS
 from pcgbench.timing import PhaseTimer
@@ -161,7 +162,7 @@ class DiffusionPDE(BackboneSampler):
                     z = z + dt * v1
                 if grad is not None:
                     with timer.phase("guidance"):
-                        step, hit = self.clipped(eta.view(-1, *([1] * (z.ndim - 1))) * grad)
+                        step, hit = self.clipped(bshape(eta, z.ndim) * grad)
                         z = z - step
                         clipped += hit.cpu().long()
         if guided:

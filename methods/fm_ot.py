@@ -15,21 +15,10 @@ import torch
 
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.methods._flow import PRESET_BUDGET, bshape, euler_solve, preset_backbone
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.training import batch_indices, train_loop
-
-
-def preset_backbone(preset: str) -> BackboneConfig:
-    """The shared backbone size per preset (used by every flow method for fairness)."""
-    return {
-        "smoke": BackboneConfig(kind="fno", width=8, modes=4, layers=2, embed_dim=16),
-        "cpu": BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32),
-        "paper": BackboneConfig(kind="fno", width=64, modes=32, layers=4, embed_dim=128),
-    }[preset]
-
-
-PRESET_BUDGET = {"smoke": (30, 16), "cpu": (800, 32), "paper": (20000, 64)}
 
 
 @dataclass(frozen=True)
@@ -60,20 +49,15 @@ def ot_pair(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
     return x0[torch.as_tensor(plan.argmax(axis=0), device=x0.device)]
 
 
-@torch.no_grad()
 def euler_sample(method: Method, cond: torch.Tensor | None, n: int,
                  generator: torch.Generator, x0: torch.Tensor | None = None) -> torch.Tensor:
-    """Explicit Euler from the source ``x0`` (default N(0, I)) at t = 0 to t = 1 with
-    ``method.config.steps`` uniform steps of ``method.velocity`` (normalized units),
-    decoded to physical units.  Shared by every flow-matching method whose sampler is
-    plain Euler (FM-OT, FFM, PBFM, PCFT)."""
+    """``euler_solve`` of ``method.velocity`` from the source ``x0`` (default N(0, I)) with
+    ``method.config.steps`` steps, decoded to physical units.  Shared by every
+    flow-matching method whose sampler is plain Euler (FM-OT, FFM, PBFM, PCFT)."""
     shape = (n, *method.task.spec.field_shape)
     x = torch.randn(shape, generator=generator).to(method.device) if x0 is None else x0
-    steps = method.config.steps
-    for k in range(steps):
-        t = torch.full((n, 1), k / steps, device=method.device)
-        x = x + method.velocity(x, t, cond) / steps
-    return method.task.normalizer.decode(x)
+    return method.task.normalizer.decode(euler_solve(method.velocity, x, method.config.steps,
+                                                     cond))
 
 
 @METHODS.register("fm_ot")
@@ -103,7 +87,7 @@ class FMOT(Method):
             if cfg.ot_coupling:
                 x0 = ot_pair(x0, x1)
             t = torch.rand(len(x1), 1, generator=gen).to(self.device)
-            tb = t.view(-1, *([1] * (x1.ndim - 1)))
+            tb = bshape(t, x1.ndim)
             xt = (1 - tb) * x0 + tb * x1
             c = None if cond is None else cond[idx]
             return (self.net(xt, t, c) - (x1 - x0)).pow(2).mean()
@@ -126,3 +110,6 @@ class FMOT(Method):
     def sample(self, cond: torch.Tensor | None, n: int, generator: torch.Generator
                ) -> torch.Tensor:
         return euler_sample(self, cond, n, generator, x0=self.sample_source(n, generator))
+
+
+__all__ = ["FMOT", "FMOTConfig", "PRESET_BUDGET", "euler_sample", "ot_pair", "preset_backbone"]

@@ -48,8 +48,9 @@ from tqdm.auto import tqdm
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.errors import PcgError, TrainingDiverged
 from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.methods._flow import PRESET_BUDGET, bshape, ema_update, preset_backbone
 from pcgbench.methods._physics import physics_residual, sees_constraints
-from pcgbench.methods.fm_ot import PRESET_BUDGET, euler_sample, preset_backbone
+from pcgbench.methods.fm_ot import euler_sample
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.timing import synchronize
@@ -86,10 +87,6 @@ def curriculum_depth(step: int, iterations: int, max_unroll: int = 4) -> int:
     return min(max_unroll, step * max_unroll // max(iterations, 1) + 1)
 
 
-def _bshape(v: torch.Tensor, ndim: int) -> torch.Tensor:
-    return v.reshape(-1, *([1] * (ndim - 1)))
-
-
 def unroll_endpoint(net, xt: torch.Tensor, t: torch.Tensor, n: int,
                     cond: torch.Tensor | None = None, v0: torch.Tensor | None = None
                     ) -> torch.Tensor:
@@ -99,7 +96,7 @@ def unroll_endpoint(net, xt: torch.Tensor, t: torch.Tensor, n: int,
     if n < 1:
         raise PcgError(f"pbfm: unrolling depth must be >= 1, got {n}")
     dt = (1 - t) / n
-    dtb = _bshape(dt, xt.ndim)
+    dtb = bshape(dt, xt.ndim)
     x, tk = xt, t
     for k in range(n):
         v = v0 if (k == 0 and v0 is not None) else net(x, tk, cond)
@@ -170,19 +167,13 @@ class PBFM(Method):
             return cfg.unroll
         return curriculum_depth(step, cfg.iterations, cfg.max_unroll)
 
-    @torch.no_grad()
     def _update_ema(self, step: int) -> None:
-        cfg = self.config
-        d = cfg.ema_decay
-        if cfg.ema_warmup:
-            d = min(d, (1 + step) / (10 + step))
-        for pe, p in zip(self.ema.parameters(), self.net.parameters(), strict=True):
-            pe.mul_(d).add_(p.detach(), alpha=1 - d)
+        ema_update(self.ema, self.net, step, self.config.ema_decay, self.config.ema_warmup)
 
     def losses(self, x1: torch.Tensor, x0: torch.Tensor, t: torch.Tensor, n: int,
                cond: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(L_FM, L_R) of one batch; t [B, 1]."""
-        tb = _bshape(t, x1.ndim)
+        tb = bshape(t, x1.ndim)
         xt = (1 - tb) * x0 + tb * x1
         v = self.net(xt, t, cond)
         l_fm = (v - (x1 - x0)).pow(2).mean()

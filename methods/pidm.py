@@ -38,8 +38,8 @@ import torch
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.methods._flow import PRESET_BUDGET, ema_update, preset_backbone
 from pcgbench.methods._physics import physics_residual, sees_constraints
-from pcgbench.methods.fm_ot import PRESET_BUDGET, preset_backbone
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.training import batch_indices, train_loop
@@ -148,13 +148,8 @@ class PIDM(Method):
         l_res = (per / (2 * var)).mean()
         return l_data, l_res
 
-    @torch.no_grad()
     def _update_ema(self, step: int) -> None:
-        d = self.config.ema_decay
-        if self.config.ema_warmup:
-            d = min(d, (1 + step) / (10 + step))
-        for pe, p in zip(self.ema.parameters(), self.net.parameters(), strict=True):
-            pe.mul_(d).add_(p.detach(), alpha=1 - d)
+        ema_update(self.ema, self.net, step, self.config.ema_decay, self.config.ema_warmup)
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         cfg = self.config

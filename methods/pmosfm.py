@@ -46,7 +46,7 @@ from pcgbench.backbones import BackboneConfig, conditioned_backbone
 from pcgbench.charts.base import Chart, gauss_newton_encode
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods.fm_ot import PRESET_BUDGET, preset_backbone
+from pcgbench.methods._flow import PRESET_BUDGET, bshape, preset_backbone
 from pcgbench.preconditioning import (
     Geometry,
     IdentityGeometry,
@@ -92,10 +92,6 @@ class PMosFMConfig(MethodConfig):
         iters, batch = PRESET_BUDGET[preset]
         iters = {"cpu": 300}.get(preset, iters)
         return cls(backbone=preset_backbone(preset), iterations=iters, batch_size=batch)
-
-
-def _bshape(v: torch.Tensor, ndim: int) -> torch.Tensor:
-    return v.view(-1, *([1] * (ndim - 1)))
 
 
 @METHODS.register("pmosfm")
@@ -236,7 +232,7 @@ class PMosFM(Method):
         r0 = torch.randn(r1.shape, generator=gen).to(self.device)
         s, t, delta = self._draw_times(b, gen)
         w = r1 - r0
-        rs = (1 - _bshape(s, nd)) * r0 + _bshape(s, nd) * r1
+        rs = (1 - bshape(s, nd)) * r0 + bshape(s, nd) * r1
         z = self.whitening.apply(rs, s, cond=wcb)
         # one batched forward for the diagonal (s, s) and the endpoint (s, t) branch
         times = torch.cat([torch.stack([s, s], 1), torch.stack([s, t], 1)])
@@ -247,12 +243,12 @@ class PMosFM(Method):
         keep = t > s
         if cfg.gamma >= 1.0 or not bool(keep.any()):
             return l_fm, None
-        a = rs + _bshape(t - s, nd) * u_st
+        a = rs + bshape(t - s, nd) * u_st
         with torch.no_grad():
             s2 = s + delta
-            r2 = rs + _bshape(delta, nd) * w
+            r2 = rs + bshape(delta, nd) * w
             z2 = self.whitening.apply(r2, s2, cond=wcb)
-            bb = r2 + _bshape(t - s2, nd) * self.net(z2, torch.stack([s2, t], 1), c)
+            bb = r2 + bshape(t - s2, nd) * self.net(z2, torch.stack([s2, t], 1), c)
         # decode both endpoints in one batched call (solver decoders are dominated by
         # per-step overhead, not batch size); the b half is detached: sg[Psi(b)]
         k = int(keep.sum())

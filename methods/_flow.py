@@ -1,0 +1,56 @@
+"""The flow toolkit shared by every flow-matching method: the per-preset backbone size and
+training budget (the same for every method, for fairness), a time-broadcast helper, an
+Euler solver that knows nothing of the model (it takes a velocity callable, as Meta
+flow_matching's ``ODESolver`` does), and the EMA update of PBFM and PIDM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from pcgbench.backbones import BackboneConfig
+
+Velocity = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+
+
+def preset_backbone(preset: str) -> BackboneConfig:
+    """The shared backbone size per preset (used by every flow method for fairness)."""
+    return {
+        "smoke": BackboneConfig(kind="fno", width=8, modes=4, layers=2, embed_dim=16),
+        "cpu": BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32),
+        "paper": BackboneConfig(kind="fno", width=64, modes=32, layers=4, embed_dim=128),
+    }[preset]
+
+
+#: (updates, batch size) per preset, shared by FM-OT, FFM, PBFM, PIDM and PMosFM
+PRESET_BUDGET = {"smoke": (30, 16), "cpu": (800, 32), "paper": (20000, 64)}
+
+
+def bshape(v: Tensor, ndim: int) -> Tensor:
+    """A per-sample scalar [B] or [B, 1] shaped [B, 1, ..., 1] to broadcast against a
+    field of ``ndim`` dimensions."""
+    return v.reshape(-1, *([1] * (ndim - 1)))
+
+
+@torch.no_grad()
+def euler_solve(velocity: Velocity, x0: Tensor, steps: int, cond: Tensor | None = None
+                ) -> Tensor:
+    """x(1) of dx/dt = velocity(x, t, cond) from x(0) = x0 by ``steps`` uniform explicit
+    Euler steps, t [B, 1] (tested on closed forms)."""
+    x, n = x0, x0.shape[0]
+    for k in range(steps):
+        t = torch.full((n, 1), k / steps, device=x.device, dtype=x.dtype)
+        x = x + velocity(x, t, cond) / steps
+    return x
+
+
+@torch.no_grad()
+def ema_update(ema: nn.Module, net: nn.Module, step: int, decay: float,
+               warmup: bool = True) -> None:
+    """ema <- d ema + (1 - d) net with d = decay, or min(decay, (1 + k)/(10 + k)) at
+    update k with ``warmup`` (short budgets would otherwise keep the initial weights)."""
+    d = min(decay, (1 + step) / (10 + step)) if warmup else decay
+    for pe, p in zip(ema.parameters(), net.parameters(), strict=True):
+        pe.mul_(d).add_(p.detach(), alpha=1 - d)
