@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,3 +26,16 @@ def _isolated_dirs(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture()
+def dirs(tmp_path, monkeypatch):
+    """A fresh results and data directory for one test (through the environment)."""
+    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "data"))
+    return tmp_path
+
+
+def read_records(root: Path) -> list[dict]:
+    """Every run record under ``root/records``."""
+    return [json.loads(p.read_text()) for p in sorted((root / "records").rglob("*.json"))]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,28 +9,18 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import read_records
 
 from pcgbench.cli import main
 
 PLUGINS = Path(__file__).parent / "plugins"
 
 
-@pytest.fixture()
-def dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "data"))
-    return tmp_path
-
-
-def _records(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((root / "records").rglob("*.json"))]
-
-
 def test_run_writes_record_and_resumes(dirs, capsys):
     args = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--quiet",
             "--seed", "0", "1"]
     assert main(args) == 0
-    recs = [r for r in _records(dirs / "results") if r["method"] == "fm_ot"]
+    recs = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]
     assert sorted(r["seed"] for r in recs) == [0, 1]
     rec = recs[0]
     for key in ("metrics", "nfe", "inference", "training", "memory", "parameters", "device",
@@ -42,7 +31,7 @@ def test_run_writes_record_and_resumes(dirs, capsys):
     assert rec["training"]["seconds_per_update"] > 0
     assert set(rec["metrics"]) >= {"re", "wd", "js", "mmse", "smse", "energy"}
     # the data reference column exists
-    assert any(r["method"] == "data" for r in _records(dirs / "results"))
+    assert any(r["method"] == "data" for r in read_records(dirs / "results"))
     # second invocation skips (free resume)
     capsys.readouterr()
     assert main(args) == 0
@@ -74,7 +63,7 @@ def test_checkpoint_is_reused(dirs):
         if "fm_ot" in str(p):
             p.unlink()
     assert main(args) == 0
-    rec = [r for r in _records(dirs / "results") if r["method"] == "fm_ot"][0]
+    rec = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"][0]
     assert rec["training"]["checkpoint_reused"] is True
 
 

@@ -21,13 +21,6 @@ from pcgbench.method import FitStats
 RUN = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--quiet"]
 
 
-@pytest.fixture()
-def dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "data"))
-    return tmp_path
-
-
 def _one(root: Path, pattern: str) -> Path:
     (path,) = sorted(root.rglob(pattern))
     return path

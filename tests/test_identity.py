@@ -5,24 +5,12 @@ device kind and the sampling batch size."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
+from conftest import read_records
 
 from pcgbench.cli import main
 
 RUN = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--quiet"]
-
-
-@pytest.fixture()
-def dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "data"))
-    return tmp_path
-
-
-def _records(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((root / "records").rglob("*.json"))]
 
 
 def _table(capsys, *extra) -> str:
@@ -40,7 +28,7 @@ def test_a_set_run_is_a_variant_column_not_the_default(dirs, capsys):
     assert "fm_ot[iterations=5]" not in after
     with_variants = _table(capsys, "--variants")
     assert "fm_ot (n=1)" in with_variants and "fm_ot[iterations=5] (n=1)" in with_variants
-    recs = {r.get("variant"): r for r in _records(dirs / "results") if r["method"] == "fm_ot"}
+    recs = {r.get("variant"): r for r in read_records(dirs / "results") if r["method"] == "fm_ot"}
     assert set(recs) == {None, "iterations=5"}
     assert recs[None]["config_hash"] != recs["iterations=5"]["config_hash"]
 
@@ -51,7 +39,7 @@ def test_tag_names_a_variant_and_batch_size_is_a_new_record(dirs, capsys):
     out = capsys.readouterr().out
     assert "skipped" not in out  # another batch size is another record
     assert main([*RUN, "--tag", "mine"]) == 0
-    recs = [r for r in _records(dirs / "results") if r["method"] == "fm_ot"]
+    recs = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]
     assert sorted(r["sample_batch"] for r in recs) == [4, 64, 64]
     assert {r.get("variant") for r in recs} == {None, "mine"}
     assert all(r["device_kind"] == "cpu" for r in recs)
@@ -71,11 +59,11 @@ def test_show_config_prints_the_resolved_config(capsys):
 def test_a_sampler_only_variant_reuses_the_fitted_checkpoint(dirs, capsys):
     assert main(RUN) == 0
     assert main([*RUN, "--set", "steps=5"]) == 0
-    recs = {r.get("variant"): r for r in _records(dirs / "results") if r["method"] == "fm_ot"}
+    recs = {r.get("variant"): r for r in read_records(dirs / "results") if r["method"] == "fm_ot"}
     assert recs["steps=5"]["training"]["checkpoint_reused"] is True
     assert recs["steps=5"]["nfe"] == 5 and recs[None]["nfe"] == 20
     assert recs["steps=5"]["checkpoint"] == recs[None]["checkpoint"]
     # a training field is part of the fit's identity: another checkpoint
     assert main([*RUN, "--set", "lr=0.002"]) == 0
-    recs = {r.get("variant"): r for r in _records(dirs / "results") if r["method"] == "fm_ot"}
+    recs = {r.get("variant"): r for r in read_records(dirs / "results") if r["method"] == "fm_ot"}
     assert recs["lr=0.002"]["checkpoint"] != recs[None]["checkpoint"]

@@ -4,12 +4,11 @@ means (and named under the table), and the CLI exits 1."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import read_records
 
 from pcgbench.cli import main
 from pcgbench.errors import TrainingDiverged
@@ -40,18 +39,10 @@ class _HalfNaN(Method):
         return x
 
 
-@pytest.fixture()
-def dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("PCGBENCH_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("PCGBENCH_DATA", str(tmp_path / "data"))
+@pytest.fixture(autouse=True)
+def _register():
     if "half_nan" not in METHODS:
         METHODS.add("half_nan", _HalfNaN)
-        _HalfNaN.name = "half_nan"
-    return tmp_path
-
-
-def _records(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((root / "records").rglob("*.json"))]
 
 
 RUN = ["run", "--task", "burgers", "--preset", "smoke", "--quiet"]
@@ -61,7 +52,7 @@ def test_half_nan_samples_are_diverged_and_excluded(dirs, capsys):
     assert main([*RUN, "--method", "half_nan"]) == 1
     out = capsys.readouterr().out
     assert "DIVERGED" in out and "50.0% of the samples are non-finite" in out
-    (rec,) = [r for r in _records(dirs / "results") if r["method"] == "half_nan"]
+    (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "half_nan"]
     assert rec["status"] == "diverged" and rec["metrics"]["nonfinite_fraction"] == 0.5
     assert main([*RUN, "--method", "fm_ot"]) == 0
     capsys.readouterr()
@@ -76,14 +67,14 @@ def test_diverged_training_is_recorded_not_a_traceback(dirs, capsys):
     assert main([*RUN, "--method", "half_nan", "--set", "diverge=True"]) == 1
     out = capsys.readouterr().out
     assert "DIVERGED" in out and "recorded, not scored" in out
-    (rec,) = _records(dirs / "results")
+    (rec,) = read_records(dirs / "results")
     assert rec["status"] == "diverged" and rec["metrics"] == {}
     assert "loss became non-finite" in rec["status_reason"]
 
 
 def test_config_that_trains_nothing_is_invalid(dirs, capsys):
     assert main([*RUN, "--method", "fm_ot", "--set", "iterations=0"]) == 1
-    rec = [r for r in _records(dirs / "results") if r["method"] == "fm_ot"][0]
+    rec = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"][0]
     assert rec["status"] == "invalid" and "iterations=0" in rec["status_reason"]
 
 
@@ -119,6 +110,6 @@ def test_nfe_is_counted_on_every_batch(dirs, capsys):
     if "var_nfe" not in METHODS:
         METHODS.add("var_nfe", _VarNFE)
     assert main([*RUN, "--method", "var_nfe", "--batch-size", "4"]) == 0
-    (rec,) = [r for r in _records(dirs / "results") if r["method"] == "var_nfe"]
+    (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "var_nfe"]
     per = rec["nfe_per_batch"]
     assert per[:4] == [1, 2, 1, 2] and rec["nfe"] == sum(per) / len(per)
