@@ -62,7 +62,7 @@ from pcgbench.config import apply_overrides
 from pcgbench.method import RunContext
 from pcgbench.methods.fm_ot import PRESET_BUDGET
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import seed_everything
+from pcgbench.runner import prepare, seed_everything
 from pcgbench.timing import reset_peak_memory, synchronize
 
 PBFM_DEPTHS = (1, 2, 3, 4)
@@ -153,7 +153,8 @@ def measure(task, label: str, method_name: str, overrides: dict, args, device) -
     if method_name == "pcft" and args.pcft_base == "untrained":
         base = METHODS.get("fm_ot")(task, METHODS.get("fm_ot").Config.for_preset(args.preset),
                                     device)
-        method.pretrained = lambda name="fm_ot": base  # cost does not depend on the weights
+        method.use_pretrained(base)  # the cost does not depend on the weights
+    prepare(method, device)
     train = task.dataset("train")
     _trim()
     if device.type == "cuda":

@@ -28,14 +28,13 @@ computed once per ``sample`` call, at the first sample, and shared by the batch
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 from pcgbench.errors import PcgError
-from pcgbench.method import FitStats, Method
+from pcgbench.method import FitStats, FlowBackbone, Method
 from pcgbench.methods._jacobian import ColoredJacobian
 from pcgbench.task import Constraint, FieldData, Task
 
@@ -204,11 +203,15 @@ class BackboneSampler(Method):
         self._jac_plans: dict[tuple[str, ...], ColoredJacobian | None] = {}
 
     # -- backbone ----------------------------------------------------------------------
+    def pretrained_name(self) -> str:
+        return self.shared_backbone()
+
     def attach_backbone(self) -> Method:
         if self.backbone is None:
-            if self.context.preset != self.task.preset:  # outside the runner
-                self.context = dataclasses.replace(self.context, preset=self.task.preset)
-            bb = self.pretrained(self.shared_backbone())
+            bb = self.pretrained()
+            if not isinstance(bb, FlowBackbone):
+                raise PcgError(f"method {self.name!r}: the pretrained {bb.name!r} is not a "
+                               "flow backbone (needs net and sample_source)")
             # count every network call of the backbone into this method's counter
             bb.nfe = self.nfe
             bb.velocity = bb.counted(bb.net)

@@ -2,8 +2,8 @@
 (Tauberschmidt et al., ICLR 2026; jantauberschmidt/PCFT).
 
 Starts from the cached FM-OT model of the same (task, preset, seed)
-(``self.pretrained("fm_ot")``): its network is the frozen *base* velocity v_base, a deep
-copy is fine-tuned (v_ft).  Each update:
+(``pretrained_name`` "fm_ot", injected by the runner): its network is the frozen *base*
+velocity v_base, a deep copy is fine-tuned (v_ft).  Each update:
 
 1. memoryless SDE rollout of the fine-tuned model on t_k = k/N (N = ``steps`` = 100):
    eta(t) = (1 - t + 0.01)/(t + 0.01), sigma(t) = sqrt(2 (1 - kappa) eta(t)), kappa = 0.9,
@@ -35,7 +35,6 @@ batch 15, 20 updates, 20 rollout/inference steps and 8 random loss times.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -110,6 +109,9 @@ class PCFT(Method):
         self.velocity = self.counted(self.net)
         self.with_constraints = sees_constraints(task, config.conditioned)
 
+    def pretrained_name(self) -> str:
+        return "fm_ot"
+
     # -- pieces -----------------------------------------------------------------------
     def terminal_cost(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
         """Per-sample grid mean of the squared evaluator residual of normalized x [B]
@@ -165,9 +167,7 @@ class PCFT(Method):
     # -- training -------------------------------------------------------------------------
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         cfg = self.config
-        if self.context.preset != self.task.preset:  # the backbone is the task preset's
-            self.context = dataclasses.replace(self.context, preset=self.task.preset)
-        pre = self.pretrained("fm_ot")
+        pre = self.pretrained()
         base = copy.deepcopy(pre.net).to(self.device).eval().requires_grad_(False)
         load_into_conditioned(self.net, pre.net.state_dict())
         cond_all = None if train.cond is None else train.cond.to(self.device)

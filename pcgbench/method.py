@@ -12,7 +12,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -61,6 +61,16 @@ class FitStats:
 
 
 KNOWN_REQUIREMENTS = frozenset({"chart", "constraints", "linear_constraints"})
+
+
+@runtime_checkable
+class FlowBackbone(Protocol):
+    """What a sampling-time method needs of its pretrained flow: the network (velocity in
+    normalized units, ``net(x, t[B, 1], cond)``) and the source distribution."""
+
+    net: nn.Module
+
+    def sample_source(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
 
 
 class Method(ABC):
@@ -150,13 +160,28 @@ class Method(ABC):
         """Method-specific facts for the run record (e.g. encode-decode error)."""
         return {}
 
-    def pretrained(self, method_name: str = "fm_ot") -> Method:
-        """The shared pretrained backbone method for this (task, preset, seed), trained
-        once with its preset defaults and cached as that method's own checkpoint (so a
-        plain ``pcgbench run --method fm_ot`` and every sampling-time method share it)."""
-        from pcgbench.runner import load_or_fit
+    # -- a pretrained method this one builds on (injected, never loaded by the method) -----
+    def pretrained_name(self) -> str | None:
+        """The registered method this one builds on (e.g. the shared FM-OT backbone of the
+        sampling-time methods, PCFT's base), or None.  The runner fits or loads it once
+        per (task, preset, seed) and passes it in with ``use_pretrained`` before ``fit``
+        or ``load_state_dict``: no method loads, trains or checkpoints another itself."""
+        return None
 
-        return load_or_fit(self.task, method_name, self.context, self.device)
+    def use_pretrained(self, method: Method) -> None:
+        """Receive the fitted method named by ``pretrained_name`` (from the runner)."""
+        self._pretrained = method
+
+    def pretrained(self) -> Method:
+        """The injected pretrained method (see ``pretrained_name``)."""
+        method = getattr(self, "_pretrained", None)
+        if method is None:
+            from pcgbench.errors import PcgError
+
+            raise PcgError(f"method {self.name!r} builds on a pretrained "
+                           f"{self.pretrained_name()!r}, which the runner injects: call "
+                           "pcgbench.runner.prepare(method) before fit/load_state_dict")
+        return method
 
     def shared_backbone(self) -> str:
         """Name of the shared backbone method for this task: ``zero_shot_backbone`` when

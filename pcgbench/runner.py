@@ -13,6 +13,7 @@ config never reuses a stale checkpoint, and a run whose record exists is skipped
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -199,6 +200,20 @@ def _guarded(name: str, phase: str, call: Any) -> Any:
                        "(--debug shows the traceback)") from exc
 
 
+def prepare(method: Method, device: torch.device | None = None) -> Method:
+    """Inject the pretrained method ``method`` builds on (``pretrained_name``): fitted
+    once per (task, task preset, seed) with its preset defaults and cached as that
+    method's own checkpoint, so a plain ``pcgbench run --method fm_ot`` and every
+    sampling-time method share it.  Returns ``method``."""
+    name = method.pretrained_name()
+    if name is not None and getattr(method, "_pretrained", None) is None:
+        ctx = method.context
+        if ctx.preset != method.task.preset:  # built outside the runner (tests, scripts)
+            ctx = dataclasses.replace(ctx, preset=method.task.preset)
+        method.use_pretrained(load_or_fit(method.task, name, ctx, device or method.device))
+    return method
+
+
 def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
                  device: torch.device) -> tuple[Method, FitStats, bool]:
     """(method, fit stats, reused).  Loads the verified checkpoint (digest, complete
@@ -210,6 +225,7 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
 
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{ckpt}.lock"):
+        prepare(method, device)
         if ckpt.exists() and not opts.force:
             try:
                 expected = set(method.state_dict())
@@ -226,6 +242,7 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
                 seed_everything(opts.seed)
                 method = type(method)(task, method.config, device)
                 method.context = context
+                prepare(method, device)
         train = task.dataset("train")
         stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
         save_checkpoint(ckpt, method.state_dict(), stats)

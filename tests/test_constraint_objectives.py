@@ -16,6 +16,7 @@ import pcgbench.methods  # noqa: F401 - registers the methods
 from pcgbench.method import RunContext
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.runner import prepare
 
 N = 6
 
@@ -72,6 +73,7 @@ def _build(tasks, task_name: str, method: str, **changes):
     cfg = cls.Config.for_preset("smoke").replace(**{**FAST.get(method, {}), **changes})
     m = cls(task, cfg, "cpu")
     m.context = ctx
+    prepare(m)
     m.fit(task.dataset("train"), progress=False)
     return m
 

@@ -25,6 +25,7 @@ from pcgbench.methods.ffm import (
 )
 from pcgbench.methods.fm_ot import FMOT
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.runner import prepare
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 
 TOY = "_toy_zero_shot_heat"
@@ -107,7 +108,7 @@ def build(env, name, **changes):
     cls = METHODS.get(name)
     method = cls(task, cls.Config.for_preset("smoke").replace(**changes), "cpu")
     method.context = ctx
-    return method
+    return prepare(method)
 
 
 # -- the Gaussian-process source ------------------------------------------------------------

@@ -70,6 +70,7 @@ def darcy_env(tmp_path_factory):
 @pytest.mark.parametrize("method", ["pcfm", "ccfm"])
 def test_sampler_same_with_either_jacobian(darcy_env, method):
     from pcgbench.registry import METHODS
+    from pcgbench.runner import prepare
 
     task, ctx = darcy_env
     cls = METHODS.get(method)
@@ -78,7 +79,7 @@ def test_sampler_same_with_either_jacobian(darcy_env, method):
         cfg = cls.Config.for_preset("smoke").replace(jacobian=mode, steps=3, dtype="float64")
         m = cls(task, cfg, "cpu")
         m.context = ctx
-        m.fit(task.dataset("train"), progress=False)
+        prepare(m).fit(task.dataset("train"), progress=False)
         out[mode] = m.sample(None, 2, torch.Generator().manual_seed(0))
     assert any(p is not None for p in m._jac_plans.values())  # auto used a coloured plan
     torch.testing.assert_close(out["auto"], out["dense"], rtol=1e-6, atol=1e-6)

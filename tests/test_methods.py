@@ -8,6 +8,7 @@ import torch
 
 from pcgbench.config import apply_overrides
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.runner import prepare
 
 TINY = {"iterations": 2}
 
@@ -22,7 +23,7 @@ def _fitted(task, method_name: str):
     cls = METHODS.get(method_name)
     cfg = cls.Config.for_preset("smoke")
     cfg = apply_overrides(cfg, {k: v for k, v in TINY.items() if hasattr(cfg, k)})
-    method = cls(task, cfg, "cpu")
+    method = prepare(cls(task, cfg, "cpu"))
     method.fit(task.dataset("train"), progress=False)
     return method
 

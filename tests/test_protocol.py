@@ -20,7 +20,7 @@ from pcgbench.methods.diffusionpde import spectral_radius
 from pcgbench.methods.fm_ot import preset_backbone
 from pcgbench.protocol import PAPER_NFE, protocol_for, protocol_overrides, target_nfe
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import RunOptions, build_method, build_task
+from pcgbench.runner import RunOptions, build_method, build_task, prepare
 
 PAPER_COLUMNS = {"FM-OT": "fm_ot", "CoCoGen": "cocogen", "PIDM": "pidm",
                  "DiffusionPDE": "diffusionpde", "D-Flow": "dflow", "ECI": "eci",
@@ -103,7 +103,7 @@ def test_eci_resample_count(k, draws, tmp_path, monkeypatch):
             "cpu")
     m.context = RunContext(seed=0, preset="smoke", results_dir=str(tmp_path / "r"),
                            data_dir=str(tmp_path / "data"), progress=False)
-    m.attach_backbone()
+    prepare(m).attach_backbone()
     calls = []
     orig = m.noise
     monkeypatch.setattr(m, "noise", lambda n, g: calls.append(n) or orig(n, g))

@@ -20,7 +20,7 @@ from pcgbench.methods._sampling import (
 )
 from pcgbench.methods.cocogen import score_from_velocity
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import RunOptions, run
+from pcgbench.runner import RunOptions, prepare, run
 from pcgbench.task import Constraint
 
 N = 4
@@ -41,6 +41,7 @@ def build(env, name, **changes):
     cls = METHODS.get(name)
     method = cls(task, cls.Config.for_preset("smoke").replace(**changes), "cpu")
     method.context = ctx
+    prepare(method)
     method.fit(task.dataset("train"), progress=False)
     return method
 
@@ -143,7 +144,7 @@ def test_pcfm_nonlinear_constraint_and_eci_refuses(env):
     method = cls(task, cls.Config.for_preset("smoke").replace(
         steps=4, dtype="float64", final_newton_steps=6, relax_iters=3), "cpu")
     method.context = ctx
-    method.fit(task.dataset("train"), progress=False)
+    prepare(method).fit(task.dataset("train"), progress=False)
     x = draw(method)
     assert method.nfe.count == 4
     assert task.constraints()["energy"](x).abs().max() <= 1e-6
@@ -167,7 +168,7 @@ def test_eci_linear_only_by_default_and_gauss_newton_extension(env):
                                                       newton_steps=4)
         method = cls(task, cfg, "cpu")
         method.context = ctx
-        method.fit(task.dataset("train"), progress=False)
+        prepare(method).fit(task.dataset("train"), progress=False)
         x = draw(method)
         assert method.nfe.count == 3
         assert mass(task, x).abs().max() <= 1e-6

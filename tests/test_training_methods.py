@@ -177,12 +177,13 @@ def test_pbfm_curriculum_and_fixed_depth_in_fit(task):
 def test_pcft_finetune_and_sample(task, tmp_path):
     from pcgbench.method import RunContext
     from pcgbench.methods.pcft import PCFT
+    from pcgbench.runner import prepare
 
     torch.manual_seed(0)
     m = _method(PCFT, task, iterations=1, steps=10, batch_size=3, n_random=3)
     m.context = RunContext(seed=0, preset="smoke", results_dir=str(tmp_path),
                            data_dir=str(task.data_dir), progress=False)
-    stats = m.fit(task.dataset("train"), progress=False)
+    stats = prepare(m).fit(task.dataset("train"), progress=False)
     assert len(stats.update_seconds) == 1 and torch.isfinite(torch.tensor(stats.losses)).all()
     assert stats.extra["residual_form"].startswith("strong")
     m.nfe.reset()
