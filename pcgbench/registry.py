@@ -155,6 +155,8 @@ def load_plugin(module: str) -> None:
         if not path.is_file():
             raise PcgError(f"--plugin {module!r}: no such file")
         name = f"pcgbench_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}"
+        if name in sys.modules:  # already loaded in this process
+            return
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise PcgError(f"--plugin {module!r}: not a Python file")

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pcgbench.method import MethodConfig
+from pcgbench.methods._sampling import (
+    BackboneSampler,
+    apply_projector,
+    orthogonal_projector,
+    shared_jacobian,
+)
+from pcgbench.registry import METHODS
+
+
+@dataclass(frozen=True)
+class ProjectedEulerConfig(MethodConfig):
+    steps: int = 20  # Euler steps = NFE (the protocol sets it per task)
+
+
+@METHODS.register("projected_euler")
+class ProjectedEuler(BackboneSampler):
+    """Euler on the shared backbone, then one orthogonal projection of the endpoint onto
+    the task's linear constraints."""
+
+    Config = ProjectedEulerConfig
+    requires = frozenset({"linear_constraints"})
+
+    @torch.no_grad()
+    def sample(self, cond, n, generator):
+        self.attach_backbone()  # the runner injected FM-OT (or FFM on zero-shot tasks)
+        cond = self.prepare_cond(cond)
+        z = self.noise(n, generator)  # the backbone's source, normalized units
+        for k in range(self.config.steps):
+            z = z + self.velocity(z, k / self.config.steps, cond) / self.config.steps
+        linear = tuple(k for k, c in self.task.constraints().items() if c.linear)
+        h, _ = self.constraint_fn(linear)  # h takes normalized z and decodes it itself
+        P = orthogonal_projector(shared_jacobian(h, z, cond))
+        return self.decode(apply_projector(P, z, h(z, cond)))
