@@ -160,3 +160,24 @@ def test_identical_concurrent_runs_do_the_work_once(tmp_path):
     # each data split was generated once: one cache file per split, no leftovers
     data = [p for p in (tmp_path / "data").rglob("*") if p.is_file() and p.suffix == ".h5"]
     assert len(data) == 3
+
+
+def test_concurrent_samplers_share_one_backbone_and_one_dataset(tmp_path):
+    """Four different sampling-time methods at once: one data cache, one FM-OT fit (a
+    file lock on the backbone checkpoint: the others wait and load it), four records."""
+    env = {**os.environ, "PCGBENCH_RESULTS": str(tmp_path / "results"),
+           "PCGBENCH_DATA": str(tmp_path / "data"), "OMP_NUM_THREADS": "1"}
+    base = [sys.executable, "-m", "pcgbench", "run", "--task", "burgers", "--preset", "smoke",
+            "--quiet", "--method"]
+    procs = [subprocess.Popen([*base, m], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for m in ("pcfm", "eci", "ccfm", "diffusionpde")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-400:] for o in outs]
+    ckpts = list((tmp_path / "results" / "checkpoints").rglob("fm_ot/*.pt"))
+    assert len(ckpts) == 1
+    records = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("*.json")]
+    assert {r["method"] for r in records} >= {"pcfm", "eci", "ccfm", "diffusionpde"}
+    assert all(r["status"] == "ok" for r in records if r["method"] != "data")
+    assert len(list((tmp_path / "data").rglob("*.h5"))) == 3
+    assert not list(tmp_path.rglob("*.tmp"))
