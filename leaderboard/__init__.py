@@ -7,9 +7,10 @@ from pcgbench.leaderboard.tables import (
     failed_notes,
     format_table,
     group_records,
+    long_frame,
     select,
     summary_frame,
 )
 
 __all__ = ["backbone_notes", "failed_notes", "format_table", "group_records", "load_records",
-           "reported_table", "select", "summary_frame"]
+           "long_frame", "reported_table", "select", "summary_frame"]

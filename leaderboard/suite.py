@@ -21,7 +21,13 @@ from tabulate import tabulate
 
 from pcgbench.errors import PcgError
 from pcgbench.leaderboard.reported import reported_csv
-from pcgbench.leaderboard.tables import _fmt, group_records, summary_frame
+from pcgbench.leaderboard.tables import (
+    _fmt,
+    booktabs,
+    group_records,
+    latex_escape,
+    summary_frame,
+)
 from pcgbench.registry import METRICS, TASKS
 
 #: metric name -> (row label, display unit: the table shows value / unit)
@@ -168,6 +174,8 @@ def _rows(mean: pd.DataFrame, std: pd.DataFrame | None, fmt: str, skip: frozense
         finite = [v for v in vals.values() if not math.isnan(v)]
         best = min(finite) if len(finite) > 1 else None
         line = [key[0] if key[0] != last else "", key[1]]
+        if fmt == "latex":
+            line = [latex_escape(c) for c in line]
         last = key[0]
         for m in mean.columns:
             v = float(mean.loc[key, m])
@@ -224,9 +232,11 @@ def render_suite(records: list[dict], suite: str, fmt: str = "md",
             continue
         headers = ["dataset", "metric"] + [_seed_header(m, counts[m]) for m in mean.columns]
         title = f"## suite {suite} (preset {p})"
+        table = tabulate(_rows(mean, std, fmt, frozenset({"data"})),
+                         headers=[latex_escape(h) for h in headers] if fmt == "latex"
+                         else headers, tablefmt=tablefmt, disable_numparse=True)
         out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + tabulate(_rows(mean, std, fmt, frozenset({"data"})), headers=headers,
-                              tablefmt=tablefmt, disable_numparse=True))
+                   + (booktabs(table) if fmt == "latex" else table))
         if missing:
             out.append(f"no records at preset {p} for: {', '.join(missing)}"
                        if fmt == "md" else f"% no records at preset {p} for: "
@@ -238,9 +248,9 @@ def render_suite(records: list[dict], suite: str, fmt: str = "md",
     if rep is not None and fmt != "csv":
         title = ("Reported in the paper (authors' data and GPU; FPD uses the pretrained "
                  "Poseidon-B encoder; not measured here):")
+        table = tabulate(_rows(rep, None, fmt, frozenset()),
+                         headers=["dataset", "metric"] + [f"paper: {m}" for m in rep.columns],
+                         tablefmt=tablefmt, disable_numparse=True)
         out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + tabulate(_rows(rep, None, fmt, frozenset()),
-                              headers=["dataset", "metric"] + [f"paper: {m}" for m in
-                                                               rep.columns],
-                              tablefmt=tablefmt, disable_numparse=True))
+                   + (booktabs(table) if fmt == "latex" else table))
     return "\n\n".join(out)

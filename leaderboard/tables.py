@@ -166,21 +166,47 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
+_LATEX_SPECIAL = {"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in a plain-text cell (method and metric names)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def booktabs(table: str) -> str:
+    """tabulate's ``latex_raw`` output with booktabs rules (\\toprule, \\midrule,
+    \\bottomrule) instead of \\hline: compiles with ``\\usepackage{booktabs}``."""
+    lines = table.splitlines()
+    idx = [i for i, line in enumerate(lines) if line.strip() == r"\hline"]
+    if len(idx) >= 3:
+        lines[idx[0]], lines[idx[1]], lines[idx[-1]] = r"\toprule", r"\midrule", r"\bottomrule"
+    return "\n".join(lines)
+
+
+def long_frame(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
+               reported: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (row, method): mean, std, seeds and source (measured / paper)."""
+    long = []
+    for row in mean.index:
+        for m in mean.columns:
+            long.append({"row": row, "method": m, "mean": mean.loc[row, m],
+                         "std": std.loc[row, m], "seeds": seeds[m], "source": "measured"})
+    if reported is not None:
+        for row in reported.index:
+            for m in reported.columns:
+                long.append({"row": row, "method": m, "mean": reported.loc[row, m],
+                             "std": float("nan"), "seeds": 0, "source": "paper (reported)"})
+    return pd.DataFrame(long)
+
+
 def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], fmt: str,
                  reported: pd.DataFrame | None = None) -> str:
-    """Render as markdown ('md'), LaTeX ('latex') or CSV ('csv')."""
+    """Render as markdown ('md'), LaTeX ('latex', booktabs, names escaped) or CSV ('csv')."""
     if fmt == "csv":
-        long = []
-        for row in mean.index:
-            for m in mean.columns:
-                long.append({"row": row, "method": m, "mean": mean.loc[row, m],
-                             "std": std.loc[row, m], "seeds": seeds[m], "source": "measured"})
-        if reported is not None:
-            for row in reported.index:
-                for m in reported.columns:
-                    long.append({"row": row, "method": m, "mean": reported.loc[row, m],
-                                 "std": float("nan"), "seeds": 0, "source": "paper (reported)"})
-        return pd.DataFrame(long).to_csv(index=False)
+        return long_frame(mean, std, seeds, reported).to_csv(index=False)
+    latex = fmt != "md"
+    esc = latex_escape if latex else (lambda t: t)
     bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
     cells = []
     for row in mean.index:
@@ -190,26 +216,29 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
         if len(contenders) > 1 and row != "parameters":
             pick = max if _higher_is_better(row) else min
             best = pick(contenders, key=contenders.get)
-        line = [row]
+        line = [esc(row)]
         for m in mean.columns:
             s = _fmt(mean.loc[row, m])
             if not math.isnan(std.loc[row, m]):
                 s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(std.loc[row, m])
             line.append(bold(s) if m == best else s)
         cells.append(line)
-    headers = ["metric"] + [f"{m} (n={seeds[m]})" if m.split("[", 1)[0] != "data"
-                            else m.replace("data", "data (reference)", 1)
+    headers = ["metric"] + [esc(f"{m} (n={seeds[m]})" if m.split("[", 1)[0] != "data"
+                                else m.replace("data", "data (reference)", 1))
                             for m in mean.columns]
     tablefmt = "pipe" if fmt == "md" else "latex_raw"
     out = tabulate(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    if latex:
+        out = booktabs(out)
     if reported is not None:
-        rep_cells = [[row] + [_fmt(reported.loc[row, m]) for m in reported.columns]
+        rep_cells = [[esc(row)] + [_fmt(reported.loc[row, m]) for m in reported.columns]
                      for row in reported.index]
         title = ("\n\nReported in the paper (authors' data and GPU; not measured here):\n\n"
                  if fmt == "md" else "\n\n% Reported in the paper (not measured here)\n")
-        out += title + tabulate(rep_cells, headers=["metric"] + [f"paper: {m}" for m in
-                                                                 reported.columns],
-                                tablefmt=tablefmt, disable_numparse=True)
+        rep = tabulate(rep_cells, headers=["metric"] + [esc(f"paper: {m}") for m in
+                                                        reported.columns],
+                       tablefmt=tablefmt, disable_numparse=True)
+        out += title + (booktabs(rep) if latex else rep)
     return out
 
 

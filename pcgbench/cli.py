@@ -226,6 +226,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         format_table,
         group_records,
         load_records,
+        long_frame,
         reported_table,
         select,
         summary_frame,
@@ -267,6 +268,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         raise PcgError(f"no run records under {root}"
                        + (f" for task {args.task!r}" if args.task else "")
                        + "; run `pcgbench run --task T --method M` first")
+    csv_frames = []
     for task, preset in keys:
         order = TASKS.get(task).metrics if task in TASKS else ()
         mean, std, seeds = summary_frame(groups[(task, preset)], tuple(order))
@@ -276,12 +278,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
             reported = reported_table(bench) if bench else None
         notes = backbone_notes(mean, preset)  # before --methods may drop the backbone
         mean, std, seeds, reported = select(mean, std, seeds, args.rows, args.methods, reported)
-        if args.format != "csv":
-            print(f"\n## {task} (preset {preset})\n")
+        if args.format == "csv":  # one CSV for all tasks: task and preset columns
+            frame = long_frame(mean, std, seeds, reported)
+            frame.insert(0, "preset", preset)
+            frame.insert(0, "task", task)
+            csv_frames.append(frame)
+            continue
+        print(f"\n## {task} (preset {preset})\n")
         print(format_table(mean, std, seeds, args.format, reported))
         if args.format == "md":
             for line in notes + failed_notes(records, {task}, preset):
                 print(f"\n{line}")
+    if csv_frames:
+        import pandas as pd
+
+        print(pd.concat(csv_frames, ignore_index=True).to_csv(index=False), end="")
 
 
 def cmd_protocol(args: argparse.Namespace) -> None:
@@ -394,6 +405,11 @@ def cmd_data(args: argparse.Namespace) -> None:
         print(line + f"\n  cache: {cache_path(task, split)}")
 
 
+def _latex_number(v: float) -> str:
+    """Four significant digits (pandas' default %f printed 1.9e-16 as 0.000000)."""
+    return f"{v:.4g}"
+
+
 def cmd_study(args: argparse.Namespace) -> None:
     study = STUDIES.get(args.name)()
     cfg = study.smoke() if args.smoke else study.config_cls()
@@ -401,12 +417,14 @@ def cmd_study(args: argparse.Namespace) -> None:
     for name, df in tables.items():
         print(f"\n## {args.name}: {name} (this run)\n")
         print(df.to_markdown(floatfmt=".10g") if args.format == "md" else
-              df.to_latex() if args.format == "latex" else df.to_csv())
+              df.to_latex(float_format=_latex_number) if args.format == "latex"
+              else df.to_csv())
         paper = getattr(study, "paper_tables", {}).get(name)
         if paper is not None:
             print(f"\n## {args.name}: {name} (paper, reported)\n")
             print(paper.to_markdown(floatfmt=".10g") if args.format == "md" else
-                  paper.to_latex() if args.format == "latex" else paper.to_csv())
+                  paper.to_latex(float_format=_latex_number) if args.format == "latex"
+                  else paper.to_csv())
 
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,

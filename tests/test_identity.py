@@ -67,3 +67,20 @@ def test_a_sampler_only_variant_reuses_the_fitted_checkpoint(dirs, capsys):
     assert main([*RUN, "--set", "lr=0.002"]) == 0
     recs = {r.get("variant"): r for r in read_records(dirs / "results") if r["method"] == "fm_ot"}
     assert recs["lr=0.002"]["checkpoint"] != recs[None]["checkpoint"]
+
+
+def test_latex_compiles_shapes_and_csv_is_one_table(dirs, capsys):
+    assert main(RUN) == 0
+    assert main(["run", "--task", "heat", "--method", "ffm", "--preset", "smoke",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["leaderboard", "--task", "burgers", "--format", "latex"]) == 0
+    tex = capsys.readouterr().out
+    assert r"fm\_ot" in tex and "fm_ot" not in tex.replace(r"fm\_ot", "")
+    assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex
+    assert r"\hline" not in tex
+    assert main(["leaderboard", "--format", "csv", "--no-reported"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("task,preset,row,method,mean")
+    assert sum(line.startswith("task,") for line in lines) == 1  # one header
+    assert {line.split(",")[0] for line in lines[1:]} == {"burgers", "heat"}

@@ -134,3 +134,11 @@ def test_closed_form_steps_match_iteration() -> None:
 def test_paper_step_count() -> None:
     lam = np.logspace(-6, 0, 64)
     assert cond.steps_to_reduce(lam, 0.9) == 2_558_427
+
+
+def test_study_latex_keeps_small_numbers(capsys):
+    from pcgbench.cli import main
+
+    assert main(["study", "ellipse", "--smoke", "--format", "latex", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "0.000000" not in out and "e-16" in out
