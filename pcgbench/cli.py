@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "production batches count, extra ones run only when the test split has "
                    "fewer; the record keeps their median")
     p.add_argument("--force", action="store_true", help="rerun even if the record exists")
+    p.add_argument("--save-samples", type=int, default=None, metavar="N",
+                   help="keep the first N generated samples (and the matching test fields) "
+                   "as HDF5 beside the record (default: 64 at cpu/paper, 0 at smoke)")
     p.add_argument("--tag", default=None, metavar="NAME",
                    help="label this run as a named variant column (leaderboard --variants)")
 
@@ -190,7 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             device=args.device, overrides=overrides, chart=args.chart,
             results_dir=args.results, data_dir=args.data_dir, data_file=args.data_file,
             force=args.force, progress=not args.quiet, sample_batch=args.batch_size,
-            timing_repeats=args.timing_repeats, tag=args.tag,
+            timing_repeats=args.timing_repeats, tag=args.tag, save_samples=args.save_samples,
         )
         record, path, skipped = run(opts)
         status = record.get("status", "ok")

@@ -34,7 +34,13 @@ from pcgbench.network import parameter_count
 from pcgbench.presets import check_preset
 from pcgbench.protocol import protocol_for, protocol_overrides
 from pcgbench.registry import METHODS, METRICS, TASKS
-from pcgbench.storage import atomic_write_json, config_hash, ensure_writable, remove_orphan_temps
+from pcgbench.storage import (
+    atomic_write,
+    atomic_write_json,
+    config_hash,
+    ensure_writable,
+    remove_orphan_temps,
+)
 from pcgbench.storage import results_dir as default_results_dir
 from pcgbench.task import Task
 from pcgbench.timing import (
@@ -64,6 +70,7 @@ class RunOptions:
     sample_batch: int = 64
     timing_repeats: int = 3
     tag: str | None = None  # a user label for a variant column
+    save_samples: int | None = None  # samples kept next to the record; None: preset default
 
 
 def seed_everything(seed: int) -> None:
@@ -302,6 +309,47 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
+#: samples kept per run by default (``--save-samples N`` overrides; 0 keeps none)
+SAVED_SAMPLES = {"smoke": 0, "cpu": 64, "paper": 64}
+
+
+def loss_curve(losses: list[float], points: int = 200) -> list[list[float]]:
+    """[[update, loss], ...]: the training-loss curve subsampled to <= ``points`` pairs
+    (evenly spaced updates, the last one included)."""
+    n = len(losses)
+    if n == 0:
+        return []
+    m = min(points, n)
+    idx = sorted({round(i * (n - 1) / max(m - 1, 1)) for i in range(m)})
+    return [[i, losses[i]] for i in idx]
+
+
+def _save_samples(record_path: Path, samples: torch.Tensor, reference: torch.Tensor,
+                  cond: torch.Tensor | None, opts: RunOptions) -> str | None:
+    """The first N generated samples, the same test fields and their conditions, as HDF5
+    beside the record (atomic); N = ``opts.save_samples`` or the preset's default."""
+    n = SAVED_SAMPLES.get(opts.preset, 0) if opts.save_samples is None else opts.save_samples
+    n = min(int(n), len(samples))
+    if n <= 0:
+        return None
+    import h5py
+
+    out = record_path.with_suffix(".samples.h5")
+
+    def write(tmp: Path) -> None:
+        with h5py.File(tmp, "w") as f:
+            f.create_dataset("samples", data=samples[:n].detach().cpu().float().numpy(),
+                             compression="gzip")
+            f.create_dataset("reference", data=reference[:n].cpu().float().numpy(),
+                             compression="gzip")
+            if cond is not None:
+                f.create_dataset("cond", data=cond[:n].cpu().float().numpy())
+            f.attrs["note"] = "first n generated samples, the same test fields, conditions"
+
+    atomic_write(out, write)
+    return str(out)
+
+
 def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
                ) -> tuple[str, str | None]:
     """``("ok" | "diverged" | "invalid", reason)`` of a finished run.  A run whose config
@@ -345,6 +393,8 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     check_preset(opts.preset)
     if not 0 <= opts.seed < 2**32:
         raise PcgError(f"--seed must be an integer in [0, 2**32), got {opts.seed}")
+    if opts.save_samples is not None and opts.save_samples < 0:
+        raise PcgError(f"--save-samples must be >= 0, got {opts.save_samples}")
     if opts.timing_repeats < 1 or opts.sample_batch < 1:
         raise PcgError(f"--timing-repeats and --batch-size must be >= 1, got "
                        f"{opts.timing_repeats} and {opts.sample_batch}")
@@ -468,6 +518,7 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
 
     metrics = evaluate(task, samples, test.x, test.cond, test.cond)
     data_reference_record(task, opts)
+    samples_file = _save_samples(path, samples, test.x, test.cond, opts)
     status, reason = run_status(method, fit_stats, metrics)
 
     record = {
@@ -492,9 +543,11 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
             "updates": len(fit_stats.update_seconds),
             "fit_seconds": sum(fit_stats.update_seconds),
             "final_loss": fit_stats.losses[-1] if fit_stats.losses else None,
+            "loss_curve": loss_curve(fit_stats.losses),
             "checkpoint_reused": reused,
             **fit_stats.extra,
         },
+        "samples_file": samples_file,
         "memory": {"train_peak_mb": train_peak, "sample_peak_mb": sample_peak, "kind": mem_kind},
         "method_info": method.record_extras(),
         "protocol": {**protocol_for(task.name, type(method)).as_record(),

@@ -53,6 +53,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*RUN, "--batch-size", "-3"], "--batch-size must be >= 1"),
     ([*RUN, "--batch-size", "x"], "invalid int value"),
     ([*RUN, "--timing-repeats", "0"], "--timing-repeats"),
+    ([*RUN, "--save-samples", "-2"], "--save-samples must be >= 0"),
     # devices
     ([*RUN, "--device", "gpu0"], "is not a device"),
     ([*RUN, "--device", "cuda:x"], "is not a device"),

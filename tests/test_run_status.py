@@ -113,3 +113,18 @@ def test_nfe_is_counted_on_every_batch(dirs, capsys):
     (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "var_nfe"]
     per = rec["nfe_per_batch"]
     assert per[:4] == [1, 2, 1, 2] and rec["nfe"] == sum(per) / len(per)
+
+
+def test_saved_samples_and_loss_curve(dirs, capsys):
+    import h5py
+
+    assert main(["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke",
+                 "--quiet", "--save-samples", "5"]) == 0
+    (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]
+    curve = rec["training"]["loss_curve"]
+    assert curve[0][0] == 0 and curve[-1][0] == rec["training"]["updates"] - 1
+    assert len(curve) <= 200
+    with h5py.File(rec["samples_file"]) as f:
+        assert f["samples"].shape[0] == 5 and f["reference"].shape == f["samples"].shape
+    assert main(["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke",
+                 "--quiet", "--save-samples", "-1", "--force"]) == 2
