@@ -438,28 +438,25 @@ def _read_record(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
-             key: dict[str, Any], path: Path, ckpt: Path, variant: str | None
-             ) -> tuple[dict[str, Any], Path, bool]:
-    started = environment.now()
-    t_start = time.perf_counter()
-    reset_peak_memory(device)
-    try:
-        method, fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
-    except TrainingDiverged as exc:  # a failed run is recorded, not scored
-        record = {**key, **_record_extra(opts), "variant": variant,
-                  "config_hash": config_hash(key),
-                  "status": "diverged", "status_reason": str(exc), "metrics": {},
-                  "nfe": None, "device": environment.device_description(device),
-                  "versions": environment.package_versions(), "git": environment.git_hash(),
-                  "started": started, "finished": environment.now(),
-                  "wall_seconds": time.perf_counter() - t_start}
-        record = _json_safe(record)
-        atomic_write_json(path, record)
-        return record, path, False
-    train_peak, mem_kind = peak_memory_mb(device)
-    t_fit = time.perf_counter() - t_start
+@dataclass
+class Sampled:
+    """What sampling the test split produced: the samples (CPU), the counted NFE per
+    batch and its mean, the timing block of the record, and the peak memory."""
 
+    samples: torch.Tensor
+    nfe: float | int
+    nfe_per_batch: list[int]
+    inference: dict[str, Any]
+    peak_mb: float
+
+
+def _sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
+                     device: torch.device) -> Sampled:
+    """Sample every test condition in batches; NFE is counted on every batch (never
+    computed by formula); inference time is synchronized, after the warm-up (the first
+    batch), the median over the full-size production batches, with extra timed batches
+    only when there are fewer than ``timing_repeats`` of them (a slow sampler then costs
+    no more than its own work)."""
     test = task.dataset("test")
     n = len(test)
     batch = min(opts.sample_batch, n)
@@ -468,7 +465,6 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     def cond_slice(i: int, j: int) -> torch.Tensor | None:
         return None if test.cond is None else test.cond[i:j].to(device)
 
-    # NFE: count the network calls of one batch (never computed by formula).
     reset_peak_memory(device)
     method.nfe.reset()
     first = _guarded(method.name, "sample",
@@ -476,9 +472,6 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     nfe_per_batch = [method.nfe.count]
     _check_samples(first, task, batch, method.name)
 
-    # Inference time: synchronized, after warm-up (the call above), median over the
-    # full-size production batches; extra timed batches only when there are fewer than
-    # ``timing_repeats`` of them (a slow sampler then costs no more than its own work).
     breakdowns: list[dict[str, float]] = []
     repeats: list[float] = []
 
@@ -516,6 +509,38 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     samples = torch.cat(chunks)
     sample_peak, _ = peak_memory_mb(device)
 
+    inference = {"seconds_per_sample": per_batch / batch, "seconds_per_batch": per_batch,
+                 "batch_size": batch, "repeats_seconds": repeats,
+                 "breakdown_seconds_per_sample": breakdown}
+    return Sampled(samples, nfe, nfe_per_batch, inference, sample_peak)
+
+
+def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
+             key: dict[str, Any], path: Path, ckpt: Path, variant: str | None
+             ) -> tuple[dict[str, Any], Path, bool]:
+    started = environment.now()
+    t_start = time.perf_counter()
+    reset_peak_memory(device)
+    try:
+        method, fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
+    except TrainingDiverged as exc:  # a failed run is recorded, not scored
+        record = {**key, **_record_extra(opts), "variant": variant,
+                  "config_hash": config_hash(key),
+                  "status": "diverged", "status_reason": str(exc), "metrics": {},
+                  "nfe": None, "device": environment.device_description(device),
+                  "versions": environment.package_versions(), "git": environment.git_hash(),
+                  "started": started, "finished": environment.now(),
+                  "wall_seconds": time.perf_counter() - t_start}
+        record = _json_safe(record)
+        atomic_write_json(path, record)
+        return record, path, False
+    train_peak, mem_kind = peak_memory_mb(device)
+    t_fit = time.perf_counter() - t_start
+
+    test = task.dataset("test")
+    sampled = _sample_and_time(method, task, test, opts, device)
+    samples, n = sampled.samples, len(test)
+
     metrics = evaluate(task, samples, test.x, test.cond, test.cond)
     data_reference_record(task, opts)
     samples_file = _save_samples(path, samples, test.x, test.cond, opts)
@@ -529,15 +554,9 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
         "status": status,
         "status_reason": reason,
         "metrics": metrics,
-        "nfe": nfe,  # mean over every sampled batch (equal for fixed-step samplers)
-        "nfe_per_batch": nfe_per_batch,
-        "inference": {
-            "seconds_per_sample": per_batch / batch,
-            "seconds_per_batch": per_batch,
-            "batch_size": batch,
-            "repeats_seconds": repeats,
-            "breakdown_seconds_per_sample": breakdown,
-        },
+        "nfe": sampled.nfe,  # mean over every sampled batch (equal for fixed-step samplers)
+        "nfe_per_batch": sampled.nfe_per_batch,
+        "inference": sampled.inference,
         "training": {
             "seconds_per_update": median_after_warmup(fit_stats.update_seconds),
             "updates": len(fit_stats.update_seconds),
@@ -548,7 +567,8 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
             **fit_stats.extra,
         },
         "samples_file": samples_file,
-        "memory": {"train_peak_mb": train_peak, "sample_peak_mb": sample_peak, "kind": mem_kind},
+        "memory": {"train_peak_mb": train_peak, "sample_peak_mb": sampled.peak_mb,
+                   "kind": mem_kind},
         "method_info": method.record_extras(),
         "protocol": {**protocol_for(task.name, type(method)).as_record(),
                      "applied": bool(protocol_overrides(task.name, type(method), opts.preset)),
