@@ -1,7 +1,7 @@
 """Before/after table of the run records of two results directories (e.g. a fix's effect).
 
-Matches records by (task, preset, method, seed) -- the newest record of each in each
-directory -- and prints one row per match with the chosen metrics and costs side by side
+Matches records by (task, preset, method or method[variant], seed) -- the newest record
+of each in each directory -- and prints one row per match with the chosen metrics and costs side by side
 (``before -> after``).  Metrics a task does not record are left out of its rows.
 
     python benchmarks/compare_runs.py --before /tmp/res_before --after /tmp/res_after \
@@ -26,7 +26,10 @@ def newest(root: Path) -> dict[tuple, dict]:
             r = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        key = (r.get("task"), r.get("preset"), r.get("method"), r.get("seed"))
+        method = r.get("method")
+        if r.get("variant"):  # a variant is its own identity (e.g. dflow[steps=6])
+            method = f"{method}[{r['variant']}]"
+        key = (r.get("task"), r.get("preset"), method, r.get("seed"))
         if key not in out or r.get("finished", "") >= out[key].get("finished", ""):
             out[key] = r
     return out
@@ -52,7 +55,7 @@ def main() -> None:
     rows = []
     for key in sorted(set(before) | set(after), key=lambda k: tuple(map(str, k))):
         task, preset, method, seed = key
-        if ((args.methods and method not in args.methods)
+        if ((args.methods and method.split("[", 1)[0] not in args.methods)
                 or (args.tasks and task not in args.tasks)
                 or (args.preset and preset != args.preset)):
             continue
