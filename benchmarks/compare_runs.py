@@ -1,8 +1,10 @@
 """Before/after table of the run records of two results directories (e.g. a fix's effect).
 
 Matches records by (task, preset, method or method[variant], seed) -- the newest record
-of each in each directory -- and prints one row per match with the chosen metrics and costs side by side
-(``before -> after``).  Metrics a task does not record are left out of its rows.
+of each in each directory -- and prints one row per match with the chosen metrics and
+costs side by side (``before -> after``).  ``--where-before/--where-after KEY=VALUE`` keep
+only records whose method config has that value (records written before variants were
+recorded).  Metrics a task does not record are left out of its rows.
 
     python benchmarks/compare_runs.py --before /tmp/res_before --after /tmp/res_after \
         --methods dflow diffusionpde --preset cpu
@@ -19,12 +21,15 @@ from tabulate import tabulate
 COLUMNS = ("ce_ic", "ce_bc", "ce_cl", "mmse", "smse", "re", "wd", "js")
 
 
-def newest(root: Path) -> dict[tuple, dict]:
+def newest(root: Path, where: dict[str, str] | None = None) -> dict[tuple, dict]:
     out: dict[tuple, dict] = {}
     for path in sorted((root / "records").rglob("*.json")):
         try:
             r = json.loads(path.read_text())
         except (OSError, ValueError):
+            continue
+        config = r.get("config") or {}
+        if where and any(k in config and str(config[k]) != v for k, v in where.items()):
             continue
         method = r.get("method")
         if r.get("variant"):  # a variant is its own identity (e.g. dflow[steps=6])
@@ -50,8 +55,12 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=None)
     ap.add_argument("--preset", default=None)
     ap.add_argument("--columns", nargs="+", default=list(COLUMNS))
+    ap.add_argument("--where-before", nargs="+", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--where-after", nargs="+", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
-    before, after = newest(Path(args.before)), newest(Path(args.after))
+    wb = dict(kv.split("=", 1) for kv in args.where_before)
+    wa = dict(kv.split("=", 1) for kv in args.where_after)
+    before, after = newest(Path(args.before), wb), newest(Path(args.after), wa)
     rows = []
     for key in sorted(set(before) | set(after), key=lambda k: tuple(map(str, k))):
         task, preset, method, seed = key
