@@ -258,3 +258,17 @@ def test_end_to_end_run_reuses_backbone(env):
     record2, _, skipped = run(opts)
     assert not skipped and record2["training"]["checkpoint_reused"] is True
     assert record2["nfe"] == 3 and record2["metrics"] == record["metrics"]
+
+
+def test_dflow_chi_penalty_is_shifted_to_zero_and_keeps_float32_resolution():
+    from pcgbench.methods.dflow import DFlow
+
+    d = 51 * 128  # a Burgers cpu field
+    z = torch.randn(4, 1, 51, 128, generator=torch.Generator().manual_seed(0))
+    on_shell = z / z.reshape(4, -1).norm(dim=1).view(4, 1, 1, 1) * math.sqrt(d - 1)
+    assert DFlow.chi_penalty(on_shell).abs().max() < 1e-2  # its minimum is 0
+    pen = DFlow.chi_penalty(z)
+    assert (pen >= -1e-2).all() and pen.max() < 10.0  # O(1), not -2.5e4
+    # a 1e-3 change of the constraint part is visible in the float32 total
+    total = (0.01 * pen).sum()
+    assert float(total + 1e-3) != float(total)
