@@ -134,6 +134,7 @@ def solve_burgers(
     dt_max: float | None = None,
     cfl: float | None = 0.5,
     filter: str | None = None,
+    per_sample: bool = False,
 ) -> torch.Tensor:
     """Evolve ``u0 [B, n]`` (periodic samples on ``x_j = j/n``) to the times ``t_out [nt]``.
 
@@ -144,6 +145,11 @@ def solve_burgers(
     shrunk on each output interval so that a whole number of steps lands exactly on
     every output time.  At least one of ``dt_max``/``cfl`` must be given.  ``filter``:
     see :data:`FILTERS` (default ``None``).  Differentiable in ``u0``.
+
+    ``per_sample=True``: every sample takes its own step ``cfl * dx / max|u0_i|`` (and its
+    own SVV strength), so its trajectory does not depend on which other samples share the
+    batch (a chart decoder must be a function of its own coordinates).  The batch runs the
+    largest step count; a sample that has filled its interval is frozen (masked).
     """
     if u0.ndim != 2:
         raise ValueError(f"u0 must be [B, n], got shape {tuple(u0.shape)}")
@@ -155,6 +161,9 @@ def solve_burgers(
     dts = torch.diff(t_out)
     if (dts <= 0).any():
         raise ValueError("t_out must be strictly increasing")
+    n = u0.shape[-1]
+    if per_sample:
+        return _solve_per_sample(u0, nu, dts, dt_max, cfl, filter)
     n = u0.shape[-1]
     umax = float(u0.detach().abs().max()) if u0.numel() else 0.0
     candidates = [] if dt_max is None else [float(dt_max)]
@@ -205,5 +214,57 @@ def solve_burgers(
             if filtered:
                 band = band * post
         tail = tail * (torch.exp(lin_t * interval) * post_t**m)
+        outs.append(torch.fft.irfft(torch.cat([band, tail], dim=-1), n=n))
+    return torch.stack(outs, dim=1)
+
+
+def _solve_per_sample(u0: torch.Tensor, nu: float, dts: torch.Tensor, dt_max: float | None,
+                      cfl: float | None, filter: str | None) -> torch.Tensor:
+    """:func:`solve_burgers` with one step size per sample (same IF-RK4 update; a sample
+    whose ``m_i`` steps fill the interval keeps its state while the others go on)."""
+    bsz, n = u0.shape
+    if dt_max is None and cfl is None:
+        raise ValueError("give dt_max or cfl")
+    umax = u0.detach().abs().amax(-1).to(torch.float64)  # [B]
+    dt = torch.full_like(umax, math.inf if dt_max is None else float(dt_max))
+    if cfl is not None:
+        dt = torch.minimum(dt, torch.where(umax > 0, cfl / n / umax.clamp_min(1e-300),
+                                           torch.full_like(umax, math.inf)))
+    k = wavenumbers(n, u0.device, u0.dtype)
+    lin = (-nu * k**2).expand(bsz, -1)
+    if filter == "svv":
+        lin = lin - _svv_rate(n, 1.0, k) * umax.to(u0.dtype)[:, None]  # eps ~ max|u0_i|
+    decay = torch.ones_like(k)
+    if filter == "exp":
+        eta = torch.arange(n // 2 + 1, device=u0.device, dtype=u0.dtype) / (n / 3)
+        decay = torch.exp(-EXP_ALPHA * eta**EXP_ORDER)
+    nb = (n - 1) // 3 + 1
+    nl = -0.5j * k[:nb]
+    lin_b, lin_t, post, post_t = lin[:, :nb], lin[:, nb:], decay[:nb], decay[nb:]
+    filtered = filter == "exp"
+
+    def rhs(vh: torch.Tensor) -> torch.Tensor:
+        v = torch.fft.irfft(vh, n=n)
+        return nl * torch.fft.rfft(v * v)[..., :nb]
+
+    uh = torch.fft.rfft(u0)
+    band, tail = uh[..., :nb], uh[..., nb:]
+    outs = [u0]
+    for interval in dts.tolist():
+        m = torch.ceil(interval / dt - 1e-9).clamp_min(1)
+        m = torch.where(torch.isfinite(m), m, torch.ones_like(m)).long()  # dt = inf: 1 step
+        h = (interval / m.to(torch.float64)).to(u0.dtype)[:, None]  # [B, 1]
+        e1 = torch.exp(lin_b * (h / 2)).to(uh.dtype)
+        e2 = e1 * e1
+        for step in range(int(m.max())):
+            a = rhs(band)
+            b = rhs(e1 * (band + (h / 2) * a))
+            c = rhs(e1 * band + (h / 2) * b)
+            d = rhs(e2 * band + h * (e1 * c))
+            new = e2 * band + (h / 6) * (e2 * a + 2 * e1 * (b + c) + d)
+            if filtered:
+                new = new * post
+            band = torch.where((step < m)[:, None], new, band)
+        tail = tail * (torch.exp(lin_t * interval) * post_t ** m[:, None].to(u0.dtype))
         outs.append(torch.fft.irfft(torch.cat([band, tail], dim=-1), n=n))
     return torch.stack(outs, dim=1)
