@@ -83,6 +83,13 @@ class PMosFMConfig(MethodConfig):
     encoder_refine_iters: int = 0  # Gauss-Newton refinements of eta_c toward Eq. declared-encoder
     encode_batch: int = 64
     grad_norm_every: int = 50  # record ||grad L_FM|| and ||grad L_PE|| every k updates (0: off)
+    # "none": gamma L_FM + (1-gamma) L_PE as in Eq. pmosfm-loss; "ema": each term divided
+    # by a running mean of its own value (both O(1)); "clip": each term's gradient
+    # clipped to norm 1 separately before they are summed (one cannot drown the other)
+    loss_balance: Literal["none", "ema", "clip"] = "none"
+    # "unit": r = C_c (y - mu_c) as fitted; "data": r divided by the training data's RMS
+    # spread in r, so the N(0, I) source and the data have the same scale
+    source_scale: Literal["unit", "data"] = "unit"
 
     @classmethod
     def for_preset(cls, preset: str) -> PMosFMConfig:
@@ -166,9 +173,15 @@ class PMosFM(Method):
         return dict(self.info)
 
     # -- chart plumbing ----------------------------------------------------------------
+    @property
+    def r_scale(self) -> float:
+        """sigma in r = C_c (y - mu_c) / sigma (1 unless ``source_scale="data"``)."""
+        return float(self.info.get("r_scale", 1.0))
+
     def decode_r(self, r: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
-        """Psi_c(r) = chi_c(mu_c + C_c^-1 r) (Eq. preconditioned-coordinate)."""
-        return self.chart.decode(self.geometry.to_y(r), cond)
+        """Psi_c(r) = chi_c(mu_c + C_c^-1 sigma r) (Eq. preconditioned-coordinate; sigma
+        = ``r_scale``, a scalar folded into C_c)."""
+        return self.chart.decode(self.geometry.to_y(r * self.r_scale), cond)
 
     @torch.no_grad()
     def _encode_all(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
@@ -277,6 +290,13 @@ class PMosFM(Method):
             raise PcgError(f"pmosfm: geometry must be 'auto' or 'none', got {cfg.geometry!r}")
         with torch.no_grad():
             r1_all = self.geometry.to_r(y1)
+            if cfg.source_scale == "data":
+                # the data's RMS spread per r-coordinate (0.35 on Burgers, 0.36-0.49 on
+                # Darcy vs the unit source: issue 14); folded into C_c as a scalar
+                sigma = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
+                self.info["r_scale"] = sigma
+                r1_all = r1_all / sigma
+            self.info["r_spread"] = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
         wc = self._whiten_cond(cond_all)
         self.whitening.fit(r1_all, eps=cfg.eps_p, rank=cfg.whitening_rank,
                            cond=None if wc is None else wc.to(self.device),
@@ -288,6 +308,14 @@ class PMosFM(Method):
 
         params = [p for p in self.net.parameters() if p.requires_grad]
         norms: dict[str, list[float]] = {"fm": [], "pe": []}
+        running: dict[str, torch.Tensor] = {}
+
+        def balanced(key: str, term: torch.Tensor) -> torch.Tensor:
+            """term / (running mean of its value): the "ema" balance (beta = 0.98)."""
+            v = term.detach()
+            running[key] = v if key not in running else 0.98 * running[key] + 0.02 * v
+            return term / running[key].clamp_min(1e-12)
+
 
         def grad_norm(term: torch.Tensor) -> float:
             grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
@@ -303,20 +331,43 @@ class PMosFM(Method):
                 norms["fm"].append(grad_norm(cfg.gamma * l_fm))
                 if l_pe is not None:
                     norms["pe"].append(grad_norm((1 - cfg.gamma) * l_pe))
-            if l_pe is None:  # gamma = 1, or no draw with t > s in this batch
-                return l_fm if cfg.gamma >= 1.0 else cfg.gamma * l_fm
-            return cfg.gamma * l_fm + (1 - cfg.gamma) * l_pe
+            terms = [cfg.gamma * l_fm if cfg.gamma < 1.0 else l_fm]
+            if l_pe is not None:  # None: gamma = 1, or no draw with t > s in this batch
+                terms.append((1 - cfg.gamma) * l_pe)
+            if cfg.loss_balance == "ema":
+                terms = [balanced(k, t) for k, t in zip(("fm", "pe"), terms, strict=False)]
+            if cfg.loss_balance == "clip":
+                return clipped_sum(terms, params)
+            return sum(terms[1:], terms[0])
 
         self.net.train()
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
                            device=self.device, progress=progress, desc=f"fit {self.name}")
         self.net.eval()
+        self.info["onestep_spread_ratio"] = self._onestep_spread_ratio(r1_all, cond_dev, gen)
+        stats.extra["onestep_spread_ratio"] = self.info["onestep_spread_ratio"]
         stats.extra["calibration_seconds"] = self.info["calibration_seconds"]
+        stats.extra["r_spread"] = self.info["r_spread"]
         for k, v in norms.items():
             if v:
                 stats.extra[f"grad_norm_{k}_median"] = statistics.median(v)
                 stats.extra[f"grad_norm_{k}_first_last"] = [v[0], v[-1]]
         return stats
+
+    @torch.no_grad()
+    def _onestep_spread_ratio(self, r1: torch.Tensor, cond: torch.Tensor | None,
+                              gen: torch.Generator, n: int = 256) -> float:
+        """RMS per-coordinate spread of one-step samples T^{0,1}(r0) over that of the
+        training r1 they are paired with (same conditions): < 1 is the one-step shrinkage
+        of issue 14 (no decode needed: both live in r)."""
+        k = min(n, len(r1))
+        c = None if cond is None else cond[:k]
+        r0 = torch.randn(r1[:k].shape, generator=gen).to(self.device)
+        s = torch.zeros(k, device=self.device)
+        z = self.whitening.apply(r0, s, cond=self._whiten_cond(c))
+        out = r0 + self.net(z, torch.stack([s, torch.ones_like(s)], 1), c)
+        spread = out.flatten(1).std(0).pow(2).mean().sqrt()
+        return float(spread / r1[:k].flatten(1).std(0).pow(2).mean().sqrt().clamp_min(1e-12))
 
     # -- sampling -------------------------------------------------------------------------
     @torch.no_grad()
@@ -334,6 +385,22 @@ class PMosFM(Method):
             x = self.decode_r(r1, cond)
         self.sample_breakdown = dict(timer.seconds)
         return x
+
+
+def clipped_sum(terms: list[torch.Tensor], params: list[torch.nn.Parameter],
+                max_norm: float = 1.0) -> torch.Tensor:
+    """A surrogate whose value is ``sum(terms)`` and whose gradient is the sum of each
+    term's gradient clipped to norm ``max_norm`` (the "clip" loss balance: one term's
+    large gradient cannot drown the other's before the shared clip)."""
+    total = sum(terms[1:], terms[0])
+    acc = [torch.zeros_like(p) for p in params]
+    for term in terms:
+        grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+        g_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads if g is not None))
+        k = torch.clamp(max_norm / (g_norm + 1e-12), max=1.0)
+        acc = [a if g is None else a + k * g for a, g in zip(acc, grads, strict=True)]
+    surrogate = sum((p * a).sum() for p, a in zip(params, acc, strict=True))
+    return surrogate - surrogate.detach() + total.detach()
 
 
 def _empty_geometry(cls: type) -> Geometry:

@@ -276,7 +276,8 @@ def test_per_sample_step_matches_a_lone_solve():
     torch.manual_seed(0)
     n, t = 64, torch.linspace(0, 0.5, 6, dtype=torch.float64)
     amps = torch.tensor([0.2, 1.0, 3.0], dtype=torch.float64)[:, None]
-    u0 = amps * torch.sin(2 * math.pi * grid(n))[None] + 0.1 * torch.randn(3, n, dtype=torch.float64)
+    noise = 0.1 * torch.randn(3, n, dtype=torch.float64)
+    u0 = amps * torch.sin(2 * math.pi * grid(n))[None] + noise
     for filt in (None, "exp", "svv"):
         batch = solve_burgers(u0, 0.01, t, cfl=0.5, filter=filt, per_sample=True)
         for i in range(3):

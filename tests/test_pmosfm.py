@@ -47,7 +47,9 @@ def test_samples_satisfy_the_encoded_constraint(task, chart):
 @pytest.mark.parametrize(
     "changes",
     [dict(whitening="none"), dict(whitening="diagonal"), dict(geometry="none"),
-     dict(gamma=1.0), dict(gamma=0.0), dict(whitening_rank=4), dict(diagonal_share=0.5)],
+     dict(gamma=1.0), dict(gamma=0.0), dict(whitening_rank=4), dict(diagonal_share=0.5),
+     dict(loss_balance="ema"), dict(loss_balance="clip"), dict(source_scale="data"),
+     dict(loss_balance="clip", gamma=1.0)],
 )
 def test_ablation_switches_run(task, changes):
     m = _fit(task, **changes)
@@ -144,3 +146,44 @@ def test_fit_records_both_gradient_norms(task):
     off.fit(task.dataset("train"), progress=False)
     for a, b in zip(m2.net.parameters(), off.net.parameters(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_loss_balance_keeps_or_normalizes_the_loss_value(task):
+    """"clip" changes only the gradient (each term clipped to norm 1 before the sum): the
+    loss value of the first update equals the unbalanced one; "ema" divides each term by
+    its running mean, so the first update's loss is the number of terms (2)."""
+    cfg = PMosFMConfig.for_preset("smoke").replace(iterations=2, endpoint_share=1.0)
+    losses = {}
+    for mode in ("none", "clip", "ema"):
+        torch.manual_seed(0)
+        m = PMosFM(task, cfg.replace(loss_balance=mode))
+        losses[mode] = m.fit(task.dataset("train"), progress=False).losses
+    assert losses["clip"][0] == pytest.approx(losses["none"][0], rel=1e-6)
+    assert losses["ema"][0] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_clipped_sum_value_and_gradient():
+    from pcgbench.methods.pmosfm import clipped_sum
+
+    p = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    big, small = 10 * (p**2).sum() / 2, 0.1 * p.sum()  # gradients 10 p (norm 50), 0.1 * 1
+    out = clipped_sum([big, small], [p])
+    assert float(out) == pytest.approx(float(big + small))
+    out.backward()
+    expect = torch.tensor([3.0, 4.0]) / 5 + torch.tensor([0.1, 0.1])
+    torch.testing.assert_close(p.grad, expect)
+
+
+def test_source_scale_data_unit_spread_and_exact_decode(task):
+    """source_scale="data": training r has unit RMS spread, the scale survives a
+    checkpoint, decoded samples still satisfy the chart exactly; the one-step spread
+    ratio is recorded."""
+    m = _fit(task, source_scale="data", chart="mass")
+    assert m.info["r_spread"] == pytest.approx(1.0, rel=1e-4)
+    assert 0 < m.r_scale != 1.0
+    assert m.info["onestep_spread_ratio"] > 0
+    x = m.sample(None, 4, torch.Generator().manual_seed(3))
+    assert task.constraints()["mass"](x).abs().max() <= 1e-5
+    m2 = PMosFM(task, m.config)
+    m2.load_state_dict(m.state_dict())
+    torch.testing.assert_close(m2.sample(None, 4, torch.Generator().manual_seed(3)), x)
