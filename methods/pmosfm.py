@@ -38,7 +38,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -57,6 +57,12 @@ from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.timing import PhaseTimer
 from pcgbench.training import batch_indices, train_loop
+
+
+class Losses(NamedTuple):
+    fm: torch.Tensor
+    pe: torch.Tensor | None
+    spread: torch.Tensor | None
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,9 @@ class PMosFMConfig(MethodConfig):
     # "unit": r = C_c (y - mu_c) as fitted; "data": r divided by the training data's RMS
     # spread in r, so the N(0, I) source and the data have the same scale
     source_scale: Literal["unit", "data"] = "unit"
+    # weight of a spread-matching term (sqrt(mean_i var_batch T^{0,1}(r0)_i) / S_data - 1)^2
+    # on the batch's (0, 1) draws, S_data the training data's RMS spread in r (0: off)
+    spread_weight: float = 0.0
 
     @classmethod
     def for_preset(cls, preset: str) -> PMosFMConfig:
@@ -233,10 +242,12 @@ class PMosFM(Method):
         return s.to(self.device), t.to(self.device), delta.to(self.device)
 
     def _losses(self, r1: torch.Tensor, c: torch.Tensor | None, gen: torch.Generator
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Minibatch (l_FM, l_PE) of Alg. 2 for training coordinates ``r1`` [B, *coord_shape]
-        (Eqs. diagonal-fm-loss, physical-endpoint-loss); l_PE is None when it has zero
-        weight (gamma = 1) or no draw has t > s.  Draws r0, then (s, t, delta), from ``gen``."""
+                ) -> Losses:
+        """Minibatch (l_FM, l_PE, l_spread) of Alg. 2 for training coordinates ``r1``
+        [B, *coord_shape] (Eqs. diagonal-fm-loss, physical-endpoint-loss); l_PE is None when
+        it has zero weight (gamma = 1) or no draw has t > s; l_spread is None unless
+        ``spread_weight`` > 0 and >= 4 draws are (0, 1).  Draws r0, then (s, t, delta),
+        from ``gen``."""
         cfg = self.config
         m = self.chart.coord_dim
         nd = r1.ndim
@@ -253,9 +264,17 @@ class PMosFM(Method):
         out = self.net(torch.cat([z, z]), times, cc)
         u_diag, u_st = out[:b], out[b:]
         l_fm = (u_diag - w).pow(2).flatten(1).sum(1).mean() / (2 * m)
+        l_spread = None
+        ends = (s == 0) & (t == 1)
+        if cfg.spread_weight > 0 and int(ends.sum()) >= 4:
+            # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
+            # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
+            one_step = (r0 + u_st)[ends].flatten(1)
+            spread = one_step.var(0, unbiased=True).mean().sqrt()
+            l_spread = (spread / self.info["r_spread"] - 1).pow(2)
         keep = t > s
         if cfg.gamma >= 1.0 or not bool(keep.any()):
-            return l_fm, None
+            return Losses(l_fm, None, l_spread)
         a = rs + bshape(t - s, nd) * u_st
         with torch.no_grad():
             s2 = s + delta
@@ -272,7 +291,7 @@ class PMosFM(Method):
         wts = self.chart.metric_w
         sq = ((xa - xb).pow(2) * wts).flatten(1).sum(1)
         l_pe = (sq / (2 * m * delta[keep] * (t - s)[keep])).mean()
-        return l_fm, l_pe
+        return Losses(l_fm, l_pe, l_spread)
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         cfg = self.config
@@ -324,7 +343,7 @@ class PMosFM(Method):
         def loss(step: int) -> torch.Tensor:
             idx = batch_indices(len(r1_all), cfg.batch_size, gen).to(self.device)
             c = None if cond_dev is None else cond_dev[idx]
-            l_fm, l_pe = self._losses(r1_all[idx], c, gen)
+            l_fm, l_pe, l_spread = self._losses(r1_all[idx], c, gen)
             if cfg.grad_norm_every and step % cfg.grad_norm_every == 0:
                 # the two weighted terms' gradient norms before the shared clip: whether
                 # one term drowns the other (issue 14: L_PE 1.3-9.7 vs L_FM 0.015-0.45)
@@ -336,6 +355,8 @@ class PMosFM(Method):
                 terms.append((1 - cfg.gamma) * l_pe)
             if cfg.loss_balance == "ema":
                 terms = [balanced(k, t) for k, t in zip(("fm", "pe"), terms, strict=False)]
+            if l_spread is not None:
+                terms.append(cfg.spread_weight * l_spread)
             if cfg.loss_balance == "clip":
                 return clipped_sum(terms, params)
             return sum(terms[1:], terms[0])

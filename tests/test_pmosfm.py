@@ -49,7 +49,7 @@ def test_samples_satisfy_the_encoded_constraint(task, chart):
     [dict(whitening="none"), dict(whitening="diagonal"), dict(geometry="none"),
      dict(gamma=1.0), dict(gamma=0.0), dict(whitening_rank=4), dict(diagonal_share=0.5),
      dict(loss_balance="ema"), dict(loss_balance="clip"), dict(source_scale="data"),
-     dict(loss_balance="clip", gamma=1.0)],
+     dict(loss_balance="clip", gamma=1.0), dict(spread_weight=1.0, endpoint_share=0.5)],
 )
 def test_ablation_switches_run(task, changes):
     m = _fit(task, **changes)
@@ -112,7 +112,7 @@ def _pe_minimising_scale(task, sigma: float, **changes) -> float:
     losses = []
     for alpha in (0.5, 1.0, 1.5):
         m.net.alpha = alpha
-        _, l_pe = m._losses(r1, None, torch.Generator().manual_seed(1))
+        l_pe = m._losses(r1, None, torch.Generator().manual_seed(1)).pe
         losses.append(float(l_pe))
     lo, mid, hi = losses
     return 1.0 - 0.5 * (hi - lo) / (hi - 2 * mid + lo)
@@ -187,3 +187,21 @@ def test_source_scale_data_unit_spread_and_exact_decode(task):
     m2 = PMosFM(task, m.config)
     m2.load_state_dict(m.state_dict())
     torch.testing.assert_close(m2.sample(None, 4, torch.Generator().manual_seed(3)), x)
+
+
+def test_spread_term_matches_its_definition(task):
+    """l_spread = (sqrt(mean_i var_batch(T^{0,1}(r0))_i) / S_data - 1)^2 on the (0, 1) draws:
+    with endpoint_share = 1 every draw is (0, 1), so it can be recomputed from the network;
+    off (None) when spread_weight = 0."""
+    m = _fit(task, spread_weight=1.0, endpoint_share=1.0, whitening="none")
+    r1 = torch.randn(16, *m.chart.coord_shape)
+    got = m._losses(r1, None, torch.Generator().manual_seed(5)).spread
+    gen = torch.Generator().manual_seed(5)
+    r0 = torch.randn(r1.shape, generator=gen)
+    s = torch.zeros(16)
+    with torch.no_grad():
+        one = r0 + m.net(r0, torch.stack([s, torch.ones(16)], 1), None)
+    expect = (one.flatten(1).var(0).mean().sqrt() / m.info["r_spread"] - 1) ** 2
+    assert float(got) == pytest.approx(float(expect), rel=1e-4)
+    off = _fit(task, endpoint_share=1.0)
+    assert off._losses(r1, None, torch.Generator().manual_seed(5)).spread is None
