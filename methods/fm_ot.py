@@ -94,7 +94,8 @@ class FMOT(Method):
 
         self.net.train()
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
-                           device=self.device, progress=progress, desc=f"fit {self.name}")
+                           device=self.device, progress=progress, desc=f"fit {self.name}",
+                           resume=self.resume_point([gen]))
         self.net.eval()
         return stats
 

@@ -172,7 +172,8 @@ class PIDM(Method):
         self.net.train()
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
                            device=self.device, progress=progress, desc=f"fit {self.name}",
-                           on_step=self._update_ema)
+                           on_step=self._update_ema,
+                           resume=self.resume_point([gen], [self.ema]))
         self.net.eval()
         stats.extra["residual_terms"] = ("evaluator + hard constraints" if self.with_constraints
                                          else "evaluator")

@@ -326,8 +326,9 @@ class PMosFM(Method):
         gen = torch.Generator().manual_seed(self.context.seed)
 
         params = [p for p in self.net.parameters() if p.requires_grad]
-        norms: dict[str, list[float]] = {"fm": [], "pe": []}
-        running: dict[str, torch.Tensor] = {}
+        resumable: dict = {"norms": {"fm": [], "pe": []}, "running": {}}
+        norms: dict[str, list[float]] = resumable["norms"]
+        running: dict[str, torch.Tensor] = resumable["running"]
 
         def balanced(key: str, term: torch.Tensor) -> torch.Tensor:
             """term / (running mean of its value): the "ema" balance (beta = 0.98)."""
@@ -363,7 +364,8 @@ class PMosFM(Method):
 
         self.net.train()
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
-                           device=self.device, progress=progress, desc=f"fit {self.name}")
+                           device=self.device, progress=progress, desc=f"fit {self.name}",
+                           resume=self.resume_point([gen], values=resumable))
         self.net.eval()
         self.info["onestep_spread_ratio"] = self._onestep_spread_ratio(r1_all, cond_dev, gen)
         stats.extra["onestep_spread_ratio"] = self.info["onestep_spread_ratio"]

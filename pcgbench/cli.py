@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-file", default=None,
                    help="load the task's published data file from this local path")
     p.add_argument("--batch-size", type=int, default=64, help="sampling batch size")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="write a resumable training checkpoint every N updates (default: "
+                        "per preset, smoke 0 = off, cpu 200, paper 1000); a killed or "
+                        "preempted fit continues from it when rerun")
     p.add_argument("--timing-repeats", type=int, default=3, metavar="N",
                    help="at least N timed full-size batches after the warm-up batch; the "
                    "production batches count, extra ones run only when the test split has "
@@ -194,6 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             results_dir=args.results, data_dir=args.data_dir, data_file=args.data_file,
             force=args.force, progress=not args.quiet, sample_batch=args.batch_size,
             timing_repeats=args.timing_repeats, tag=args.tag, save_samples=args.save_samples,
+            checkpoint_every=args.checkpoint_every,
         )
         record, path, skipped = run(opts)
         status = record.get("status", "ok")

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from pcgbench.network import CountedNetwork, NFECounter
 from pcgbench.task import FieldData, Task
+
+if TYPE_CHECKING:
+    from pcgbench.training import Resume
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,10 @@ class RunContext:
     results_dir: str | None = None
     data_dir: str | None = None
     progress: bool = True
+    # a partial training checkpoint every ``checkpoint_every`` updates at ``partial_path``
+    # (set by the runner; a preempted fit resumes from it)
+    partial_path: str | None = None
+    checkpoint_every: int = 0
 
 
 @dataclass
@@ -207,6 +215,21 @@ class Method(ABC):
             getattr(self, k).load_state_dict(v)
 
     # -- helpers ---------------------------------------------------------------------------
+    def resume_point(self, generators: Sequence[torch.Generator] = (),
+                     modules: Sequence[nn.Module] = (),
+                     values: dict[str, Any] | None = None) -> Resume | None:
+        """The ``train_loop(resume=...)`` of this fit: periodic partial checkpoints where
+        the runner asked for them (``RunContext.partial_path``/``checkpoint_every``), with
+        the fit's random ``generators``, extra ``modules`` (EMA) and running ``values``;
+        None outside a run or when disabled."""
+        from pcgbench.training import Resume
+
+        ctx = self.context
+        if not ctx.partial_path or ctx.checkpoint_every <= 0:
+            return None
+        return Resume(Path(ctx.partial_path), ctx.checkpoint_every, tuple(generators),
+                      tuple(modules), {} if values is None else values)
+
     def counted(self, net: nn.Module) -> CountedNetwork:
         """Wrap a learned network so that each call counts as one NFE."""
         return CountedNetwork(net, self.nfe)

@@ -71,6 +71,7 @@ class RunOptions:
     timing_repeats: int = 3
     tag: str | None = None  # a user label for a variant column
     save_samples: int | None = None  # samples kept next to the record; None: preset default
+    checkpoint_every: int | None = None  # partial training checkpoints; None: preset default
 
 
 def seed_everything(seed: int) -> None:
@@ -250,10 +251,24 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
                 method = type(method)(task, method.config, device)
                 method.context = context
                 prepare(method, device)
+        partial = partial_checkpoint(ckpt)
+        if opts.force:
+            partial.unlink(missing_ok=True)  # --force: a fit from scratch
+        method.context = dataclasses.replace(method.context, partial_path=str(partial))
         train = task.dataset("train")
         stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
         save_checkpoint(ckpt, method.state_dict(), stats)
+        partial.unlink(missing_ok=True)  # the final model is safe: the partial is spent
         return method, stats, False
+
+
+#: partial training checkpoints (``--checkpoint-every``) per preset: none at smoke
+CHECKPOINT_EVERY = {"smoke": 0, "cpu": 200, "paper": 1000}
+
+
+def partial_checkpoint(ckpt: Path) -> Path:
+    """Where a fit that will be saved at ``ckpt`` keeps its resumable partial state."""
+    return ckpt.with_name(ckpt.stem + ".partial.pt")
 
 
 def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.device) -> Method:
@@ -395,6 +410,8 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
         raise PcgError(f"--seed must be an integer in [0, 2**32), got {opts.seed}")
     if opts.save_samples is not None and opts.save_samples < 0:
         raise PcgError(f"--save-samples must be >= 0, got {opts.save_samples}")
+    if opts.checkpoint_every is not None and opts.checkpoint_every < 0:
+        raise PcgError(f"--checkpoint-every must be >= 0, got {opts.checkpoint_every}")
     if opts.timing_repeats < 1 or opts.sample_batch < 1:
         raise PcgError(f"--timing-repeats and --batch-size must be >= 1, got "
                        f"{opts.timing_repeats} and {opts.sample_batch}")
@@ -402,9 +419,11 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     seed_everything(opts.seed)
     task = build_task(opts)
     method = build_method(task, opts, device)
+    every = (CHECKPOINT_EVERY.get(opts.preset, 0) if opts.checkpoint_every is None
+             else opts.checkpoint_every)
     method.context = RunContext(seed=opts.seed, preset=opts.preset,
                                 results_dir=opts.results_dir, data_dir=opts.data_dir,
-                                progress=opts.progress)
+                                progress=opts.progress, checkpoint_every=every)
     root = ensure_writable(default_results_dir(opts.results_dir))
     remove_orphan_temps(root)
     key = run_key(task, method, opts, device)
