@@ -123,6 +123,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--format", choices=["md", "csv"], default="md")
 
+    p = sub.add_parser("sweep", help="the task x method x seed matrix as submitit jobs "
+                       "(local or SLURM): data, shared backbones, methods, then the "
+                       "leaderboard; existing records are skipped")
+    _add_common(p)
+    p.add_argument("--tasks", nargs="+", default=None, help="default: every task")
+    p.add_argument("--methods", nargs="+", default=None, help="default: every method")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
+                   help="local: subprocesses on this machine; slurm: one SLURM job per run; "
+                   "debug: in this process (sequential)")
+    p.add_argument("--max-parallel", type=int, default=2,
+                   help="jobs in flight at once (local default 2; on SLURM the array "
+                   "parallelism)")
+    p.add_argument("--slurm-partition", default=None)
+    p.add_argument("--gpus-per-job", type=int, default=0)
+    p.add_argument("--cpus-per-job", type=int, default=1)
+    p.add_argument("--timeout-min", type=int, default=240, help="per job")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="partial training checkpoints (a requeued job resumes)")
+    p.add_argument("--log-dir", default=None,
+                   help="submitit job logs (default RESULTS/sweep_logs)")
+    p.add_argument("--dry-run", action="store_true", help="list what is missing and exit")
+
     p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
     _add_common(p)
     p.add_argument("action", choices=["generate", "inspect", "verify"])
@@ -413,6 +437,57 @@ def cmd_data(args: argparse.Namespace) -> None:
         print(line + f"\n  cache: {cache_path(task, split)}")
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Plans and runs the matrix; exit code 1 when any job failed or a run is not ok."""
+    import time
+
+    from pcgbench.presets import check_preset
+    from pcgbench.storage import ensure_writable, results_dir
+    from pcgbench.sweep import ExecutorOptions, plan, sweep
+
+    check_preset(args.preset)
+    if args.max_parallel < 1:
+        raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")
+    tasks = args.tasks or TASKS.names()
+    methods = args.methods or METHODS.names()
+    root = results_dir(args.results)
+    t0 = time.perf_counter()
+    p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,
+             args.plugin, args.checkpoint_every)
+    runs = len(p.stages["backbone"]) + len(p.stages["method"])
+    print(f"sweep [{args.preset}] {len(tasks)} task(s) x {len(methods)} method(s) x "
+          f"{len(args.seeds)} seed(s): {runs} run(s) to do, {len(p.existing)} recorded, "
+          f"{len(p.unsupported)} unsupported pair(s) skipped")
+    for line in p.unsupported:
+        print(f"  unsupported: {line}")
+    if args.dry_run:
+        for stage, jobs in p.stages.items():
+            for job in jobs:
+                print(f"  {stage:<8} {job.label}")
+        return 0
+    ensure_writable(root)
+    eo = ExecutorOptions(kind=args.executor,
+                         folder=Path(args.log_dir) if args.log_dir else root / "sweep_logs",
+                         max_parallel=args.max_parallel, timeout_min=args.timeout_min,
+                         slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job,
+                         cpus_per_job=args.cpus_per_job)
+    results = sweep(p, eo)
+    wall = time.perf_counter() - t0
+    by_status: dict[str, int] = {}
+    for r in results:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+    print(f"sweep done in {wall:.1f} s: "
+          + ", ".join(f"{n} {k}" for k, n in sorted(by_status.items())))
+    swept = {r["label"].split("/", 1)[0] for r in results if r["stage"] != "data"}
+    swept |= {label.split("/", 1)[0] for label in p.existing}
+    for task in sorted(swept):
+        cmd_leaderboard(argparse.Namespace(
+            results=str(root), task=task, preset=args.preset, format="md", no_reported=False,
+            suite=None, rows=None, methods=None, variants=False))
+    return int(any(r["status"] not in ("ok",) for r in results if r["stage"] != "data")
+               or any(r["status"] == "error" for r in results))
+
+
 def _latex_number(v: float) -> str:
     """Four significant digits (pandas' default %f printed 1.9e-16 as 0.000000)."""
     return f"{v:.4g}"
@@ -437,7 +512,7 @@ def cmd_study(args: argparse.Namespace) -> None:
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,
             "protocol": cmd_protocol, "show-config": cmd_show_config, "audit": cmd_audit,
-            "data": cmd_data,
+            "data": cmd_data, "sweep": cmd_sweep,
             "study": cmd_study}
 
 

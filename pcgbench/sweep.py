@@ -1,0 +1,210 @@
+"""``pcgbench sweep``: the (task x method x seed) matrix as jobs on a submitit executor
+(``local`` subprocesses, ``slurm``, or ``debug`` in-process), in stages:
+
+1. data: one job per task generates (or verifies the cache of) its splits;
+2. backbones: the shared models other methods build on (``Method.pretrained_name``:
+   FM-OT, or FFM on the zero-shot suite), one run per (task, seed), so that no later job
+   fits one itself (the checkpoint locks would serialize them anyway);
+3. methods: every other (task, method, seed) run;
+4. the leaderboard of the swept tasks.
+
+A run whose record exists is skipped (rerunning a sweep finishes what is missing), an
+unsupported pair is listed and skipped, a failing job is reported and the others go on.
+Jobs are plain ``pcgbench.runner.run`` calls, so fits are preemptible
+(``--checkpoint-every``): a requeued or rerun job resumes its partial checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pcgbench.errors import PcgError
+from pcgbench.registry import METHODS, TASKS, load_plugin
+from pcgbench.runner import RunOptions, build_method, build_task, record_path
+
+EXECUTORS = ("local", "slurm", "debug")
+
+
+@dataclass(frozen=True)
+class Job:
+    stage: str  # "data" | "backbone" | "method"
+    label: str
+    fn: Callable[..., dict[str, Any]]
+    args: tuple
+
+
+@dataclass
+class Plan:
+    stages: dict[str, list[Job]]
+    existing: list[str]
+    unsupported: list[str]
+
+    @property
+    def n_jobs(self) -> int:
+        return sum(len(v) for v in self.stages.values())
+
+
+def data_job(task: str, preset: str, data_dir: str | None, plugins: Sequence[str]
+             ) -> dict[str, Any]:
+    """Generate (or load and verify the cache of) every split of ``task``."""
+    for module in plugins:
+        load_plugin(module)
+    t0 = time.perf_counter()
+    t = TASKS.get(task)(preset=preset, data_dir=Path(data_dir) if data_dir else None,
+                        progress=False)
+    sizes = {split: len(t.dataset(split).x) for split in ("train", "val", "test")}
+    return {"status": "ok", "detail": f"{sizes}", "seconds": time.perf_counter() - t0}
+
+
+def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
+    """One ``pcgbench run``: its status and headline metric (what the summary prints)."""
+    from pcgbench.runner import run
+
+    for module in plugins:
+        load_plugin(module)
+    t0 = time.perf_counter()
+    record, path, skipped = run(opts)
+    metrics = record.get("metrics", {})
+    head = next(iter(metrics.items()), None)
+    detail = "" if head is None else f"{head[0]} {head[1]:.4g}"
+    return {"status": record.get("status", "ok") if not skipped else "exists",
+            "detail": detail, "seconds": time.perf_counter() - t0, "record": str(path)}
+
+
+def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], preset: str,
+         results_dir: str | None, data_dir: str | None, plugins: Sequence[str] = (),
+         checkpoint_every: int | None = None) -> Plan:
+    """The jobs still to run, stage by stage (names checked with did-you-mean)."""
+    for name in tasks:
+        TASKS.get(name)
+    for name in methods:
+        METHODS.get(name)
+    stages: dict[str, list[Job]] = {"data": [], "backbone": [], "method": []}
+    existing: list[str] = []
+    unsupported: list[str] = []
+    cpu = torch.device("cpu")
+
+    def options(task: str, method: str, seed: int) -> RunOptions:
+        return RunOptions(task=task, method=method, seed=seed, preset=preset,
+                          results_dir=results_dir, data_dir=data_dir, progress=False,
+                          checkpoint_every=checkpoint_every)
+
+    for task_name in tasks:
+        planned = len(stages["backbone"]) + len(stages["method"])
+        task = build_task(options(task_name, methods[0], seeds[0]))
+        runnable, backbones = [], []
+        for method in methods:
+            reason = METHODS.get(method).unsupported_reason(task)
+            if reason:
+                unsupported.append(f"{task_name}/{method}: {reason}")
+                continue
+            runnable.append(method)
+            base = build_method(task, options(task_name, method, seeds[0]), cpu
+                                ).pretrained_name()
+            if base is not None and base not in backbones:
+                backbones.append(base)
+        for seed in seeds:
+            for method in [*backbones, *[m for m in runnable if m not in backbones]]:
+                opts = options(task_name, method, seed)
+                label = f"{task_name}/{method} seed {seed}"
+                if record_path(opts).exists():
+                    existing.append(label)
+                    continue
+                stage = "backbone" if method in backbones else "method"
+                stages[stage].append(Job(stage, label, run_job, (opts, tuple(plugins))))
+        if len(stages["backbone"]) + len(stages["method"]) > planned:
+            stages["data"].append(Job("data", f"{task_name} data", data_job,
+                                      (task_name, preset, data_dir, tuple(plugins))))
+    return Plan(stages, existing, unsupported)
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    kind: str = "local"
+    folder: Path = Path("sweep_logs")
+    max_parallel: int = 2
+    timeout_min: int = 240
+    slurm_partition: str | None = None
+    gpus_per_job: int = 0
+    cpus_per_job: int = 1
+
+
+def guarded(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run a job; an exception becomes an ``error`` result naming its last line (a failed
+    run is reported, and submitit's debug executor would otherwise stop in pdb)."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - one failing job must not stop a sweep
+        text = str(exc).strip().splitlines()
+        return {"status": "error", "seconds": float("nan"),
+                "detail": f"{type(exc).__name__}: {text[-1] if text else ''}"}
+
+
+def make_executor(eo: ExecutorOptions) -> Any:
+    import submitit
+
+    if eo.kind not in EXECUTORS:
+        raise PcgError(f"unknown executor {eo.kind!r}; expected one of {', '.join(EXECUTORS)}")
+    try:
+        ex = submitit.AutoExecutor(folder=eo.folder, cluster=eo.kind)
+    except RuntimeError as exc:  # e.g. slurm requested where sbatch is missing
+        raise PcgError(f"executor {eo.kind!r} is not available here: {exc}") from None
+    params: dict[str, Any] = {"timeout_min": eo.timeout_min, "cpus_per_task": eo.cpus_per_job}
+    if eo.kind == "slurm":
+        params.update(slurm_partition=eo.slurm_partition, gpus_per_node=eo.gpus_per_job,
+                      slurm_array_parallelism=eo.max_parallel)
+    ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    return ex
+
+
+def execute(jobs: list[Job], executor: Any, max_parallel: int,
+            log: Callable[[str], None] = print, counter: list[int] | None = None,
+            total: int | None = None) -> list[dict[str, Any]]:
+    """Run ``jobs`` with at most ``max_parallel`` in flight; a line per finished job."""
+    counter = counter if counter is not None else [0]
+    total = total if total is not None else len(jobs)
+    pending = list(jobs)
+    running: list[tuple[Job, Any]] = []
+    results: list[dict[str, Any]] = []
+    while pending or running:
+        while pending and len(running) < max_parallel:
+            job = pending.pop(0)
+            running.append((job, executor.submit(guarded, job.fn, *job.args)))
+        done = [(j, f) for j, f in running if f.done()]
+        if not done:
+            time.sleep(0.2)
+            continue
+        for job, fut in done:
+            running.remove((job, fut))
+            try:
+                out = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a lost job (killed, timed out)
+                text = str(exc).strip().splitlines()
+                out = {"status": "error", "detail": text[-1] if text else type(exc).__name__,
+                       "seconds": float("nan")}
+            counter[0] += 1
+            out = {"label": job.label, "stage": job.stage, **out}
+            results.append(out)
+            log(f"[{counter[0]}/{total}] {job.label}: {out['status']}"
+                + (f" ({out['detail']})" if out.get("detail") else "")
+                + (f" {out['seconds']:.1f} s" if out["seconds"] == out["seconds"] else ""))
+    return results
+
+
+def sweep(p: Plan, eo: ExecutorOptions, log: Callable[[str], None] = print
+          ) -> list[dict[str, Any]]:
+    """Execute the plan's stages in order (a stage starts when the previous one ended)."""
+    executor = make_executor(eo)
+    counter = [0]
+    results: list[dict[str, Any]] = []
+    for stage, jobs in p.stages.items():
+        if jobs:
+            log(f"-- stage {stage}: {len(jobs)} job(s)")
+            results += execute(jobs, executor, eo.max_parallel, log, counter, p.n_jobs)
+    return results

@@ -1,0 +1,74 @@
+"""`pcgbench sweep` on submitit: stages in order (data, shared backbones, methods), existing
+records skipped, a failing job reported without stopping the others, one-line errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import read_records
+
+from pcgbench.cli import main
+from pcgbench.sweep import ExecutorOptions, Job, execute, make_executor, plan
+
+
+def test_plan_orders_backbones_first_and_skips_existing(dirs):
+    p = plan(["burgers", "heat"], ["dflow", "fm_ot"], [0, 1], "smoke", None, None)
+    assert [j.label for j in p.stages["data"]] == ["burgers data", "heat data"]
+    # dflow builds on fm_ot (burgers) and on ffm (heat, zero-shot): both become backbones
+    assert [j.label for j in p.stages["backbone"]] == [
+        "burgers/fm_ot seed 0", "burgers/fm_ot seed 1", "heat/ffm seed 0", "heat/ffm seed 1"]
+    assert "heat/fm_ot seed 0" in [j.label for j in p.stages["method"]]
+    assert p.n_jobs == 2 + 4 + 6
+
+
+def test_debug_sweep_records_then_nothing_left(dirs, capsys):
+    args = ["sweep", "--tasks", "burgers", "--methods", "fm_ot", "dflow", "--preset", "smoke",
+            "--executor", "debug", "--quiet"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s) to do" in out and "sweep done" in out and "## burgers" in out
+    assert out.index("burgers/fm_ot seed 0: ok") < out.index("burgers/dflow seed 0: ok")
+    assert {r["method"] for r in read_records(dirs / "results")} >= {"fm_ot", "dflow"}
+    assert main([*args, "--dry-run"]) == 0
+    assert "0 run(s) to do, 2 recorded" in capsys.readouterr().out
+
+
+def test_local_executor_runs_jobs_in_subprocesses(dirs, capsys):
+    """submitit's LocalExecutor (separate processes sharing the results directory)."""
+    rc = main(["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke",
+               "--executor", "local", "--quiet", "--log-dir", str(dirs / "logs")])
+    assert rc == 0, capsys.readouterr()
+    (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]
+    assert rec["status"] == "ok"
+    assert any((dirs / "logs").iterdir())  # submitit's per-job logs
+    shutil.rmtree(dirs / "logs")
+
+
+def _boom() -> dict:
+    raise RuntimeError("first line\nthe last line says why")
+
+
+def _fine() -> dict:
+    return {"status": "ok", "detail": "", "seconds": 0.0}
+
+
+def test_a_failing_job_is_reported_and_the_others_run(tmp_path):
+    ex = make_executor(ExecutorOptions(kind="debug", folder=tmp_path))
+    lines: list[str] = []
+    out = execute([Job("method", "a", _boom, ()), Job("method", "b", _fine, ())], ex, 1,
+                  log=lines.append)
+    assert [r["status"] for r in out] == ["error", "ok"]
+    assert "the last line says why" in lines[0] and lines[1].startswith("[2/2] b: ok")
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--executor", "slurm"], "not available"),
+    (["--max-parallel", "0"], "max-parallel"),
+    (["--tasks", "burgerz"], "burgers"),
+])
+def test_bad_sweep_input_is_one_line(dirs, capsys, argv, msg):
+    base = ["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke"]
+    assert main([*base, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
