@@ -99,6 +99,10 @@ class PMosFMConfig(MethodConfig):
     # weight of a spread-matching term (sqrt(mean_i var_batch T^{0,1}(r0)_i) / S_data - 1)^2
     # on the batch's (0, 1) draws, S_data the training data's RMS spread in r (0: off)
     spread_weight: float = 0.0
+    # "scalar": the pooled spread above; "spectral": per (channel, |k| shell) log-power
+    # of T^{0,1}(r0) against the data's (spatial charts; flat coordinates use "scalar"),
+    # so spread is restored in the modes that lost it, not as noise everywhere
+    spread_match: Literal["scalar", "spectral"] = "scalar"
 
     @classmethod
     def for_preset(cls, preset: str) -> PMosFMConfig:
@@ -144,6 +148,8 @@ class PMosFM(Method):
         w = torch.ones(spec.channels)
         self.register_metric(w)
         self.info: dict = {"chart": self.chart_name, "decoder_tolerance": self.chart.tolerance}
+        self._shell_power_data: torch.Tensor | None = None
+        self._shells: torch.Tensor | None = None
 
     @classmethod
     def nominal_nfe(cls, config):
@@ -269,9 +275,13 @@ class PMosFM(Method):
         if cfg.spread_weight > 0 and int(ends.sum()) >= 4:
             # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
             # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
-            one_step = (r0 + u_st)[ends].flatten(1)
-            spread = one_step.var(0, unbiased=True).mean().sqrt()
-            l_spread = (spread / self.info["r_spread"] - 1).pow(2)
+            one_step = (r0 + u_st)[ends]
+            if self._shell_power_data is not None:
+                log_p = (shell_power(one_step, self._shells) + 1e-12).log()
+                l_spread = (log_p - (self._shell_power_data + 1e-12).log()).pow(2).mean()
+            else:
+                spread = one_step.flatten(1).var(0, unbiased=True).mean().sqrt()
+                l_spread = (spread / self.info["r_spread"] - 1).pow(2)
         keep = t > s
         if cfg.gamma >= 1.0 or not bool(keep.any()):
             return Losses(l_fm, None, l_spread)
@@ -316,6 +326,10 @@ class PMosFM(Method):
                 self.info["r_scale"] = sigma
                 r1_all = r1_all / sigma
             self.info["r_spread"] = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
+            self._shell_power_data = None
+            if cfg.spread_match == "spectral" and r1_all.ndim >= 3:
+                self._shells = shell_index(r1_all.shape[2:], r1_all.device)
+                self._shell_power_data = shell_power(r1_all, self._shells)
         wc = self._whiten_cond(cond_all)
         self.whitening.fit(r1_all, eps=cfg.eps_p, rank=cfg.whitening_rank,
                            cond=None if wc is None else wc.to(self.device),
@@ -408,6 +422,28 @@ class PMosFM(Method):
             x = self.decode_r(r1, cond)
         self.sample_breakdown = dict(timer.seconds)
         return x
+
+
+def shell_index(spatial: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Integer radius |k| (rounded) of every rfftn mode of a field on ``spatial``."""
+    freqs = [torch.fft.fftfreq(n, 1 / n, device=device) for n in spatial[:-1]]
+    freqs.append(torch.fft.rfftfreq(spatial[-1], 1 / spatial[-1], device=device))
+    grids = torch.meshgrid(*freqs, indexing="ij")
+    return torch.sqrt(sum(g.pow(2) for g in grids)).round().long()
+
+
+def shell_power(r: torch.Tensor, shells: torch.Tensor) -> torch.Tensor:
+    """Mean power per (channel, |k| shell) of the fluctuations of ``r`` [B, C, *spatial]
+    about their batch mean (unbiased over the batch): [C, n_shells]."""
+    dims = tuple(range(2, r.ndim))
+    fluct = r - r.mean(0, keepdim=True)
+    power = torch.fft.rfftn(fluct, dim=dims).abs().pow(2).sum(0) / (len(r) - 1)
+    flat = power.reshape(power.shape[0], -1)
+    idx = shells.reshape(-1)
+    n = int(idx.max()) + 1
+    total = flat.new_zeros(flat.shape[0], n).index_add_(1, idx, flat)
+    count = torch.bincount(idx, minlength=n).to(flat.dtype)
+    return total / count
 
 
 def clipped_sum(terms: list[torch.Tensor], params: list[torch.nn.Parameter],

@@ -205,3 +205,24 @@ def test_spread_term_matches_its_definition(task):
     assert float(got) == pytest.approx(float(expect), rel=1e-4)
     off = _fit(task, endpoint_share=1.0)
     assert off._losses(r1, None, torch.Generator().manual_seed(5)).spread is None
+
+
+def test_shell_power_is_parseval_and_scales_quadratically():
+    from pcgbench.methods.pmosfm import shell_index, shell_power
+
+    torch.manual_seed(0)
+    r = torch.randn(64, 2, 8, 10, dtype=torch.float64)
+    shells = shell_index((8, 10), r.device)
+    p = shell_power(r, shells)
+    assert p.shape[0] == 2 and torch.isfinite(p).all()
+    torch.testing.assert_close(shell_power(3 * r, shells), 9 * p)
+    # white noise: every shell has the same expected power (n_modes x unit variance / mode)
+    assert float(p.std() / p.mean()) < 0.2
+
+
+def test_spectral_spread_term_runs(task):
+    m = _fit(task, spread_weight=1.0, spread_match="spectral", endpoint_share=1.0,
+             chart="mass")
+    assert m._shell_power_data is not None and m._shell_power_data.ndim == 2
+    x = m.sample(None, 3, torch.Generator().manual_seed(2))
+    assert torch.isfinite(x).all()
