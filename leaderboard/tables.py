@@ -156,6 +156,22 @@ def select(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
     return mean, std, seeds, reported
 
 
+def best_column(mean: pd.DataFrame, row: str) -> str | None:
+    """The best non-reference column of ``row`` (lower or higher per the metric), or None
+    with fewer than two contenders (and never for ``parameters``)."""
+    contenders = {m: mean.loc[row, m] for m in mean.columns
+                  if m.split("[", 1)[0] != "data" and not math.isnan(mean.loc[row, m])}
+    if len(contenders) <= 1 or row == "parameters":
+        return None
+    pick = max if _higher_is_better(row) else min
+    return pick(contenders, key=contenders.get)
+
+
+def fmt_number(v: float) -> str:
+    """How every table prints a number (4 significant digits; '–' for missing)."""
+    return _fmt(v)
+
+
 def _fmt(v: float) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
@@ -210,12 +226,7 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
     bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
     cells = []
     for row in mean.index:
-        contenders = {m: mean.loc[row, m] for m in mean.columns
-                      if m.split("[", 1)[0] != "data" and not math.isnan(mean.loc[row, m])}
-        best = None
-        if len(contenders) > 1 and row != "parameters":
-            pick = max if _higher_is_better(row) else min
-            best = pick(contenders, key=contenders.get)
+        best = best_column(mean, row)
         line = [esc(row)]
         for m in mean.columns:
             s = _fmt(mean.loc[row, m])

@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="submitit job logs (default RESULTS/sweep_logs)")
     p.add_argument("--dry-run", action="store_true", help="list what is missing and exit")
 
+    p = sub.add_parser("report", help="one self-contained static HTML report of the "
+                       "recorded runs: tables, sample grids, spectra, histograms, loss "
+                       "curves, quality vs cost")
+    _add_common(p)
+    p.add_argument("--task", default=None)
+    p.add_argument("--preset", default=None)
+    p.add_argument("--out", default="pcgbench_report", help="output directory")
+
     p = sub.add_parser("data", help="generate / inspect / verify the dataset cache")
     _add_common(p)
     p.add_argument("action", choices=["generate", "inspect", "verify"])
@@ -488,6 +496,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                or any(r["status"] == "error" for r in results))
 
 
+def cmd_report(args: argparse.Namespace) -> None:
+    from pcgbench.leaderboard import load_records
+    from pcgbench.report import build_report
+    from pcgbench.storage import ensure_writable, results_dir
+
+    if args.task is not None:
+        TASKS.get(args.task)
+    if args.preset is not None:
+        from pcgbench.presets import check_preset
+
+        check_preset(args.preset)
+    root = results_dir(args.results)
+    records = load_records(root)
+    if not records:
+        raise PcgError(f"no run records under {root}; run `pcgbench run` first")
+    out = ensure_writable(Path(args.out).expanduser())
+    path, seconds = build_report(records, out, args.task, args.preset)
+    print(f"report: {path} ({path.stat().st_size / 1024:.0f} KiB, {seconds:.1f} s)")
+
+
 def _latex_number(v: float) -> str:
     """Four significant digits (pandas' default %f printed 1.9e-16 as 0.000000)."""
     return f"{v:.4g}"
@@ -512,7 +540,7 @@ def cmd_study(args: argparse.Namespace) -> None:
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,
             "protocol": cmd_protocol, "show-config": cmd_show_config, "audit": cmd_audit,
-            "data": cmd_data, "sweep": cmd_sweep,
+            "data": cmd_data, "sweep": cmd_sweep, "report": cmd_report,
             "study": cmd_study}
 
 
