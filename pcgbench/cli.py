@@ -28,6 +28,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None,
                    help="dataset cache (default $PCGBENCH_DATA or ~/.cache/pcgbench/data)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--verbose", action="store_true",
+                   help="log each phase (timestamped when not on a terminal)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
@@ -548,10 +550,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.quiet:
         os.environ["TQDM_DISABLE"] = "1"
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from pcgbench.log import configure
+
+    configure(verbose=args.verbose)
     try:
         for module in args.plugin:
             load_plugin(module)
-        rc = COMMANDS[args.command](args) or 0
+        with logging_redirect_tqdm():
+            rc = COMMANDS[args.command](args) or 0
     except PcgError as exc:
         if args.debug:
             raise

@@ -28,6 +28,7 @@ from pcgbench import environment
 from pcgbench.checkpoints import load_checkpoint, save_checkpoint
 from pcgbench.config import apply_overrides, to_dict
 from pcgbench.errors import PcgError, TrainingDiverged, UnsupportedError
+from pcgbench.log import logger
 from pcgbench.method import FitStats, Method, RunContext
 from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
@@ -239,6 +240,8 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
                 expected = set(method.state_dict())
                 state, fit = load_checkpoint(ckpt, device, expected)
                 method.load_state_dict(state)
+                logger.info("%s/%s seed %d: verified checkpoint %s", task.name, method.name,
+                            opts.seed, ckpt)
                 return method, FitStats(**fit), True
             except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint is refitted
                 import warnings
@@ -256,8 +259,13 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
             partial.unlink(missing_ok=True)  # --force: a fit from scratch
         method.context = dataclasses.replace(method.context, partial_path=str(partial))
         train = task.dataset("train")
+        logger.info("%s/%s seed %d [%s]: fitting", task.name, method.name, opts.seed,
+                    opts.preset)
+        t0 = time.perf_counter()
         stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
         save_checkpoint(ckpt, method.state_dict(), stats)
+        logger.info("%s/%s seed %d: fitted in %.1f s -> %s", task.name, method.name,
+                    opts.seed, time.perf_counter() - t0, ckpt)
         partial.unlink(missing_ok=True)  # the final model is safe: the partial is spent
         return method, stats, False
 
@@ -510,7 +518,7 @@ def _sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
     chunks = [first.detach().cpu()]
     from tqdm.auto import tqdm
 
-    for i in tqdm(range(batch, n, batch), desc=f"sample {method.name}", leave=False,
+    for i in tqdm(range(batch, n, batch), desc=f"sample {method.name}", leave=True,
                   disable=not opts.progress):
         j = min(n, i + batch)
         chunks.append(timed(cond_slice(i, j), j - i, gen).detach().cpu())

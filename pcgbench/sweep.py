@@ -64,8 +64,10 @@ def data_job(task: str, preset: str, data_dir: str | None, plugins: Sequence[str
 
 def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
     """One ``pcgbench run``: its status and headline metric (what the summary prints)."""
+    from pcgbench.log import configure
     from pcgbench.runner import run
 
+    configure(verbose=True)  # timestamped phases in the job's log (SLURM, submitit)
     for module in plugins:
         load_plugin(module)
     t0 = time.perf_counter()

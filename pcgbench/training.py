@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from pcgbench.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pcgbench.errors import TrainingDiverged
+from pcgbench.log import logger
 from pcgbench.method import FitStats
 from pcgbench.timing import synchronize
 
@@ -123,7 +124,10 @@ def train_loop(
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     stats = FitStats()
     start = 0 if resume is None else resume.restore(params, opt, stats, device)
-    bar = tqdm(range(start, iterations), desc=desc, disable=not progress, leave=False,
+    if start:
+        logger.info("%s: resuming at update %d of %d from %s", desc, start, iterations,
+                    resume.path if resume else "")
+    bar = tqdm(range(start, iterations), desc=desc, disable=not progress, leave=True,
                dynamic_ncols=True, initial=start, total=iterations)
     for step in bar:
         synchronize(device)
