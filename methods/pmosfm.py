@@ -97,7 +97,9 @@ class PMosFMConfig(MethodConfig):
     # spread in r, so the N(0, I) source and the data have the same scale
     source_scale: Literal["unit", "data"] = "unit"
     # weight of a spread-matching term (sqrt(mean_i var_batch T^{0,1}(r0)_i) / S_data - 1)^2
-    # on the batch's (0, 1) draws, S_data the training data's RMS spread in r (0: off)
+    # on the batch's (0, 1) draws, S_data the training data's RMS spread in r (0: off).
+    # Not applied on tasks conditioned on fields (kf_reconstruction): there the batch
+    # spread is the spread *across* observations, not the ensemble spread per observation
     spread_weight: float = 0.0
     # "scalar": the pooled spread above; "spectral": per (channel, |k| shell) log-power
     # of T^{0,1}(r0) against the data's (spatial charts; flat coordinates use "scalar"),
@@ -150,6 +152,8 @@ class PMosFM(Method):
         self.info: dict = {"chart": self.chart_name, "decoder_tolerance": self.chart.tolerance}
         self._shell_power_data: torch.Tensor | None = None
         self._shells: torch.Tensor | None = None
+        self._spread_active = config.spread_weight > 0 and spec.cond_channels == 0
+        self.info["spread_term"] = self._spread_active
 
     @classmethod
     def nominal_nfe(cls, config):
@@ -272,7 +276,7 @@ class PMosFM(Method):
         l_fm = (u_diag - w).pow(2).flatten(1).sum(1).mean() / (2 * m)
         l_spread = None
         ends = (s == 0) & (t == 1)
-        if cfg.spread_weight > 0 and int(ends.sum()) >= 4:
+        if self._spread_active and int(ends.sum()) >= 4:
             # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
             # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
             one_step = (r0 + u_st)[ends]

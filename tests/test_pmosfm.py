@@ -226,3 +226,12 @@ def test_spectral_spread_term_runs(task):
     assert m._shell_power_data is not None and m._shell_power_data.ndim == 2
     x = m.sample(None, 3, torch.Generator().manual_seed(2))
     assert torch.isfinite(x).all()
+
+
+def test_spread_term_is_off_on_field_conditioned_tasks(tmp_path):
+    """kf_reconstruction: the batch spread is across observations, not per observation."""
+    from pcgbench.registry import TASKS
+
+    kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
+    m = PMosFM(kf, PMosFMConfig.for_preset("smoke").replace(spread_weight=3.0))
+    assert m.info["spread_term"] is False
