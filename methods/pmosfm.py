@@ -75,8 +75,11 @@ class PMosFMConfig(MethodConfig):
     chart: str | None = None  # None: the task's default chart
     # "auto": the chart's exact C_c or a probed diagonal; "none": C = I
     geometry: Literal["auto", "none"] = "auto"
-    # "full" P_s | "diagonal" standardization | "none"
-    whitening: Literal["full", "diagonal", "none"] = "full"
+    # "full" P_s (paper Eq. input-preconditioner) | "diagonal" standardization | "none".
+    # Default "none": measured better than "full" at `cpu` on kolmogorov, kf_generation,
+    # kf_reconstruction and darcy (WD, JS; issue 14, docs/protocols.md): with few samples
+    # per condition bin, P_s amplifies directions outside the training span
+    whitening: Literal["full", "diagonal", "none"] = "none"
     eps_p: float = 1e-3  # covariance regularizer eps_P
     whitening_rank: int | None = None  # cap -> low-rank-plus-isotropic P_s
     # rank per condition bin = fraction x its samples (None: keep all eigenpairs)
@@ -97,10 +100,11 @@ class PMosFMConfig(MethodConfig):
     # spread in r, so the N(0, I) source and the data have the same scale
     source_scale: Literal["unit", "data"] = "unit"
     # weight of a spread-matching term (sqrt(mean_i var_batch T^{0,1}(r0)_i) / S_data - 1)^2
-    # on the batch's (0, 1) draws, S_data the training data's RMS spread in r (0: off).
+    # on the batch's (0, 1) draws, S_data the training data's RMS spread in r (0: off; not
+    # in the paper: it counters the one-step shrinkage, see docs/protocols.md).
     # Not applied on tasks conditioned on fields (kf_reconstruction): there the batch
     # spread is the spread *across* observations, not the ensemble spread per observation
-    spread_weight: float = 0.0
+    spread_weight: float = 3.0
     # "scalar": the pooled spread above; "spectral": per (channel, |k| shell) log-power
     # of T^{0,1}(r0) against the data's (spatial charts; flat coordinates use "scalar"),
     # so spread is restored in the modes that lost it, not as noise everywhere

@@ -105,7 +105,8 @@ def _pe_minimising_scale(task, sigma: float, **changes) -> float:
     """argmin over alpha of the minibatch L_PE with the stop-gradient target fixed at the
     exact flow map (L_PE is quadratic in alpha: three evaluations on the same draws)."""
     cfg = PMosFMConfig.for_preset("smoke").replace(whitening="none", geometry="none",
-                                                   chart="mass", **changes)
+                                                   chart="mass", spread_weight=0.0,
+                                                   **changes)
     m = PMosFM(task, cfg)
     m.net = _GaussianFlowMap(sigma)
     r1 = sigma * torch.randn(2048, *m.chart.coord_shape, generator=torch.Generator().manual_seed(0))
@@ -152,7 +153,8 @@ def test_loss_balance_keeps_or_normalizes_the_loss_value(task):
     """"clip" changes only the gradient (each term clipped to norm 1 before the sum): the
     loss value of the first update equals the unbalanced one; "ema" divides each term by
     its running mean, so the first update's loss is the number of terms (2)."""
-    cfg = PMosFMConfig.for_preset("smoke").replace(iterations=2, endpoint_share=1.0)
+    cfg = PMosFMConfig.for_preset("smoke").replace(iterations=2, endpoint_share=1.0,
+                                                   spread_weight=0.0)
     losses = {}
     for mode in ("none", "clip", "ema"):
         torch.manual_seed(0)
@@ -203,7 +205,7 @@ def test_spread_term_matches_its_definition(task):
         one = r0 + m.net(r0, torch.stack([s, torch.ones(16)], 1), None)
     expect = (one.flatten(1).var(0).mean().sqrt() / m.info["r_spread"] - 1) ** 2
     assert float(got) == pytest.approx(float(expect), rel=1e-4)
-    off = _fit(task, endpoint_share=1.0)
+    off = _fit(task, endpoint_share=1.0, spread_weight=0.0)
     assert off._losses(r1, None, torch.Generator().manual_seed(5)).spread is None
 
 
