@@ -76,9 +76,10 @@ class PMosFMConfig(MethodConfig):
     # "auto": the chart's exact C_c or a probed diagonal; "none": C = I
     geometry: Literal["auto", "none"] = "auto"
     # "full" P_s (paper Eq. input-preconditioner) | "diagonal" standardization | "none".
-    # Default "none": measured better than "full" at `cpu` on kolmogorov, kf_generation,
-    # kf_reconstruction and darcy (WD, JS; issue 14, docs/protocols.md): with few samples
-    # per condition bin, P_s amplifies directions outside the training span
+    # Default "none": measured better than "full" at `cpu` on kolmogorov, kf_generation
+    # and darcy (WD, JS; issue 14, docs/protocols.md): with few samples per condition
+    # bin, P_s amplifies directions outside the training span.  On kf_reconstruction
+    # "none" has the better CRPS but the lower 90 % coverage (measured, same page)
     whitening: Literal["full", "diagonal", "none"] = "none"
     eps_p: float = 1e-3  # covariance regularizer eps_P
     whitening_rank: int | None = None  # cap -> low-rank-plus-isotropic P_s
