@@ -87,20 +87,23 @@ def mmd_rbf(samples: torch.Tensor, reference: torch.Tensor, sigma: float | None 
     ``k(a, b) = exp(-|a - b|^2 / (2 sigma^2))`` on flattened fields:
     ``MMD^2 = mean K_xx + mean K_yy - 2 mean K_xy`` (all pairs, diagonals included), clamped
     at 0, so identical sets give exactly 0.  ``sigma`` defaults to the median heuristic on
-    the pooled sets; each set is capped at its first 1000 samples."""
+    the pooled sets; each set is capped at its first 1000 samples.  One pooled distance
+    matrix serves the median and all three kernel blocks (it used to be computed twice)."""
     check_pair(samples, reference)
     x = finite_rows(samples)[:MMD_MAX_SAMPLES].detach().to(torch.float64).flatten(1)
     y = finite_rows(reference)[:MMD_MAX_SAMPLES].detach().to(torch.float64).flatten(1)
     if x.shape[0] == 0 or y.shape[0] == 0:
         return float("nan")
+    n = x.shape[0]
+    d = _pair_dists(torch.cat([x, y]), torch.cat([x, y]))
     if sigma is None:
-        sigma = median_bandwidth(torch.cat([x, y]))
+        iu = torch.triu_indices(d.shape[0], d.shape[0], offset=1)
+        med = float(d[iu[0], iu[1]].median())
+        sigma = med if med > 0 else 1.0
     g = 1.0 / (2.0 * sigma * sigma)
-
-    def kmean(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.exp(-g * _pair_dists(a, b) ** 2).mean()
-
-    return max(0.0, float(kmean(x, x) + kmean(y, y) - 2.0 * kmean(x, y)))
+    k = torch.exp(-g * d**2)
+    kxx, kyy, kxy = k[:n, :n].mean(), k[n:, n:].mean(), k[:n, n:].mean()
+    return max(0.0, float(kxx + kyy - 2.0 * kxy))
 
 
 @METRICS.register("mmd")
