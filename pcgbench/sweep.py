@@ -208,5 +208,7 @@ def sweep(p: Plan, eo: ExecutorOptions, log: Callable[[str], None] = print
     for stage, jobs in p.stages.items():
         if jobs:
             log(f"-- stage {stage}: {len(jobs)} job(s)")
+            t0 = time.perf_counter()
             results += execute(jobs, executor, eo.max_parallel, log, counter, p.n_jobs)
+            log(f"-- stage {stage} done in {time.perf_counter() - t0:.1f} s")
     return results

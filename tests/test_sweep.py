@@ -28,6 +28,7 @@ def test_debug_sweep_records_then_nothing_left(dirs, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "2 run(s) to do" in out and "sweep done" in out and "## burgers" in out
+    assert "-- stage backbone done in" in out
     assert out.index("burgers/fm_ot seed 0: ok") < out.index("burgers/dflow seed 0: ok")
     assert {r["method"] for r in read_records(dirs / "results")} >= {"fm_ot", "dflow"}
     assert main([*args, "--dry-run"]) == 0
