@@ -166,6 +166,9 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
             ax.annotate(label, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # minor labels of a short log range are crowded: small and slanted
+        ax.tick_params(axis="both", which="both", labelsize=7)
+        ax.tick_params(axis="x", which="both", labelrotation=45)
         ax.set_xlabel("time / sample [s]")
         ax.set_ylabel(quality)
         return fig
