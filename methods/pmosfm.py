@@ -75,12 +75,13 @@ class PMosFMConfig(MethodConfig):
     chart: str | None = None  # None: the task's default chart
     # "auto": the chart's exact C_c or a probed diagonal; "none": C = I
     geometry: Literal["auto", "none"] = "auto"
-    # "full" P_s (paper Eq. input-preconditioner) | "diagonal" standardization | "none".
-    # Default "none": measured better than "full" at `cpu` on kolmogorov, kf_generation
-    # and darcy (WD, JS; issue 14, docs/protocols.md): with few samples per condition
-    # bin, P_s amplifies directions outside the training span.  On kf_reconstruction
-    # "none" has the better CRPS but the lower 90 % coverage (measured, same page)
-    whitening: Literal["full", "diagonal", "none"] = "none"
+    # "full" P_s (paper Eq. input-preconditioner) | "diagonal" standardization | "none" |
+    # "auto" (default): "full" on field-conditioned tasks (pooled statistics), else
+    # "none".  Measured at `cpu` (issue 14, docs/protocols.md): "none" beats "full" on
+    # kolmogorov, kf_generation and darcy (WD, JS; with few samples per condition bin
+    # P_s amplifies directions outside the training span); on kf_reconstruction "full"
+    # keeps 90 % coverage 0.50 vs 0.20 and RE 2.98 vs 7.88.  The record says which.
+    whitening: Literal["auto", "full", "diagonal", "none"] = "auto"
     eps_p: float = 1e-3  # covariance regularizer eps_P
     whitening_rank: int | None = None  # cap -> low-rank-plus-isotropic P_s
     # rank per condition bin = fraction x its samples (None: keep all eigenpairs)
@@ -151,10 +152,14 @@ class PMosFM(Method):
                                         ).to(self.device)
         self.u = self.counted(self.net)
         self.geometry: Geometry = IdentityGeometry()
-        self.whitening = InputWhitening(config.whitening)
+        mode = config.whitening
+        if mode == "auto":
+            mode = "full" if spec.cond_channels > 0 else "none"
+        self.whitening = InputWhitening(mode)
         w = torch.ones(spec.channels)
         self.register_metric(w)
-        self.info: dict = {"chart": self.chart_name, "decoder_tolerance": self.chart.tolerance}
+        self.info: dict = {"chart": self.chart_name, "decoder_tolerance": self.chart.tolerance,
+                           "whitening": mode}
         self._shell_power_data: torch.Tensor | None = None
         self._shells: torch.Tensor | None = None
         self._spread_active = config.spread_weight > 0 and spec.cond_channels == 0

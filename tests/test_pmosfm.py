@@ -237,3 +237,13 @@ def test_spread_term_is_off_on_field_conditioned_tasks(tmp_path):
     kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
     m = PMosFM(kf, PMosFMConfig.for_preset("smoke").replace(spread_weight=3.0))
     assert m.info["spread_term"] is False
+
+
+def test_whitening_auto_resolves_per_condition_kind(task, tmp_path):
+    from pcgbench.registry import TASKS
+
+    assert PMosFM(task, PMosFMConfig.for_preset("smoke")).info["whitening"] == "none"
+    kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
+    assert PMosFM(kf, PMosFMConfig.for_preset("smoke")).info["whitening"] == "full"
+    cfg = PMosFMConfig.for_preset("smoke").replace(whitening="diagonal")
+    assert PMosFM(kf, cfg).info["whitening"] == "diagonal"
