@@ -17,6 +17,7 @@ or GPU.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -127,6 +128,36 @@ def _svv_rate(n: int, umax: float, k: torch.Tensor) -> torch.Tensor:
     return eps * q * k**2
 
 
+def _exp_decay(n: int, k: torch.Tensor) -> torch.Tensor:
+    """Per-step factor of the ``"exp"`` filter on the half-spectrum (ones otherwise)."""
+    eta = torch.arange(n // 2 + 1, device=k.device, dtype=k.dtype) / (n / 3)
+    return torch.exp(-EXP_ALPHA * eta**EXP_ORDER)
+
+
+def _band_rhs(n: int, k: torch.Tensor) -> tuple[int, Callable[[torch.Tensor], torch.Tensor]]:
+    """(nb, rhs): the de-aliased band size (3 j < n) and the nonlinear term -(u^2/2)_x of
+    a band spectrum, the part the IF-RK4 steps integrate."""
+    nb = (n - 1) // 3 + 1
+    nl = -0.5j * k[:nb]
+
+    def rhs(vh: torch.Tensor) -> torch.Tensor:
+        v = torch.fft.irfft(vh, n=n)
+        return nl * torch.fft.rfft(v * v)[..., :nb]
+
+    return nb, rhs
+
+
+def _if_rk4_step(band: torch.Tensor, h: float | torch.Tensor, e1: torch.Tensor,
+                 e2: torch.Tensor, rhs: Callable[[torch.Tensor], torch.Tensor]
+                 ) -> torch.Tensor:
+    """One Lawson IF-RK4 step of size ``h`` (e1 = exp(L h/2), e2 = e1^2)."""
+    a = rhs(band)
+    b = rhs(e1 * (band + (h / 2) * a))
+    c = rhs(e1 * band + (h / 2) * b)
+    d = rhs(e2 * band + h * (e1 * c))
+    return e2 * band + (h / 6) * (e2 * a + 2 * e1 * (b + c) + d)
+
+
 def solve_burgers(
     u0: torch.Tensor,
     nu: float,
@@ -177,21 +208,13 @@ def solve_burgers(
     lin = -nu * k**2
     if filter == "svv":
         lin = lin - _svv_rate(n, umax, k)
-    decay = torch.ones_like(k)
-    if filter == "exp":
-        eta = torch.arange(n // 2 + 1, device=u0.device, dtype=u0.dtype) / (n / 3)
-        decay = torch.exp(-EXP_ALPHA * eta**EXP_ORDER)
+    decay = _exp_decay(n, k) if filter == "exp" else torch.ones_like(k)
     # Only the de-aliased band (3 j < n) feels the nonlinear term; the modes above it just
     # decay linearly and are advanced exactly once per output interval (cheaper, and their
     # underflowing amplitudes never enter the inner loop).
-    nb = (n - 1) // 3 + 1
-    nl = -0.5j * k[:nb]  # symbol of -(u^2/2)_x on the band
+    nb, rhs = _band_rhs(n, k)
     lin_b, lin_t, post, post_t = lin[:nb], lin[nb:], decay[:nb], decay[nb:]
     filtered = filter == "exp"
-
-    def rhs(vh: torch.Tensor) -> torch.Tensor:
-        v = torch.fft.irfft(vh, n=n)
-        return nl * torch.fft.rfft(v * v)[..., :nb]
 
     uh = torch.fft.rfft(u0)
     band, tail = uh[..., :nb], uh[..., nb:]
@@ -206,11 +229,7 @@ def solve_burgers(
             factors[key] = (h, e1, e1 * e1)
         h, e1, e2 = factors[key]
         for _ in range(m):
-            a = rhs(band)
-            b = rhs(e1 * (band + (h / 2) * a))
-            c = rhs(e1 * band + (h / 2) * b)
-            d = rhs(e2 * band + h * (e1 * c))
-            band = e2 * band + (h / 6) * (e2 * a + 2 * e1 * (b + c) + d)
+            band = _if_rk4_step(band, h, e1, e2, rhs)
             if filtered:
                 band = band * post
         tail = tail * (torch.exp(lin_t * interval) * post_t**m)
@@ -234,18 +253,10 @@ def _solve_per_sample(u0: torch.Tensor, nu: float, dts: torch.Tensor, dt_max: fl
     lin = (-nu * k**2).expand(bsz, -1)
     if filter == "svv":
         lin = lin - _svv_rate(n, 1.0, k) * umax.to(u0.dtype)[:, None]  # eps ~ max|u0_i|
-    decay = torch.ones_like(k)
-    if filter == "exp":
-        eta = torch.arange(n // 2 + 1, device=u0.device, dtype=u0.dtype) / (n / 3)
-        decay = torch.exp(-EXP_ALPHA * eta**EXP_ORDER)
-    nb = (n - 1) // 3 + 1
-    nl = -0.5j * k[:nb]
+    decay = _exp_decay(n, k) if filter == "exp" else torch.ones_like(k)
+    nb, rhs = _band_rhs(n, k)
     lin_b, lin_t, post, post_t = lin[:, :nb], lin[:, nb:], decay[:nb], decay[nb:]
     filtered = filter == "exp"
-
-    def rhs(vh: torch.Tensor) -> torch.Tensor:
-        v = torch.fft.irfft(vh, n=n)
-        return nl * torch.fft.rfft(v * v)[..., :nb]
 
     uh = torch.fft.rfft(u0)
     band, tail = uh[..., :nb], uh[..., nb:]
@@ -257,11 +268,7 @@ def _solve_per_sample(u0: torch.Tensor, nu: float, dts: torch.Tensor, dt_max: fl
         e1 = torch.exp(lin_b * (h / 2)).to(uh.dtype)
         e2 = e1 * e1
         for step in range(int(m.max())):
-            a = rhs(band)
-            b = rhs(e1 * (band + (h / 2) * a))
-            c = rhs(e1 * band + (h / 2) * b)
-            d = rhs(e2 * band + h * (e1 * c))
-            new = e2 * band + (h / 6) * (e2 * a + 2 * e1 * (b + c) + d)
+            new = _if_rk4_step(band, h, e1, e2, rhs)
             if filtered:
                 new = new * post
             band = torch.where((step < m)[:, None], new, band)
