@@ -156,6 +156,14 @@ def select(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
     return mean, std, seeds, reported
 
 
+def row_label(row: str) -> str:
+    """A row's name in a table: the metric's ``label`` where it has one (coverage90 is
+    the gap |c - 0.9|, not the coverage c itself), else the row key."""
+    if row in METRICS:
+        return METRICS.get(row).label or row
+    return row
+
+
 def best_column(mean: pd.DataFrame, row: str) -> str | None:
     """The best non-reference column of ``row`` (lower or higher per the metric), or None
     with fewer than two contenders (and never for ``parameters``)."""
@@ -227,7 +235,7 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
     cells = []
     for row in mean.index:
         best = best_column(mean, row)
-        line = [esc(row)]
+        line = [esc(row_label(row))]
         for m in mean.columns:
             s = _fmt(mean.loc[row, m])
             if not math.isnan(std.loc[row, m]):
@@ -242,7 +250,7 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
     if latex:
         out = booktabs(out)
     if reported is not None:
-        rep_cells = [[esc(row)] + [_fmt(reported.loc[row, m]) for m in reported.columns]
+        rep_cells = [[esc(row_label(row))] + [_fmt(reported.loc[row, m]) for m in reported.columns]
                      for row in reported.index]
         title = ("\n\nReported in the paper (authors' data and GPU; not measured here):\n\n"
                  if fmt == "md" else "\n\n% Reported in the paper (not measured here)\n")

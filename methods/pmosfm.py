@@ -80,7 +80,9 @@ class PMosFMConfig(MethodConfig):
     # "none".  Measured at `cpu` (issue 14, docs/protocols.md): "none" beats "full" on
     # kolmogorov, kf_generation and darcy (WD, JS; with few samples per condition bin
     # P_s amplifies directions outside the training span); on kf_reconstruction "full"
-    # keeps 90 % coverage 0.50 vs 0.20 and RE 2.98 vs 7.88.  The record says which.
+    # keeps RE 2.98 vs 7.88 and recon_rel_l2 0.250 vs 0.257, while "none" has the better
+    # ensemble (coverage 69 % vs 40 %, CRPS 0.160 vs 0.167; seeds 0-1).  The record says
+    # which.
     whitening: Literal["auto", "full", "diagonal", "none"] = "auto"
     eps_p: float = 1e-3  # covariance regularizer eps_P
     whitening_rank: int | None = None  # cap -> low-rank-plus-isotropic P_s
@@ -99,8 +101,12 @@ class PMosFMConfig(MethodConfig):
     # clipped to norm 1 separately before they are summed (one cannot drown the other)
     loss_balance: Literal["none", "ema", "clip"] = "none"
     # "unit": r = C_c (y - mu_c) as fitted; "data": r divided by the training data's RMS
-    # spread in r, so the N(0, I) source and the data have the same scale
-    source_scale: Literal["unit", "data"] = "unit"
+    # spread in r, so the N(0, I) source and the data have the same scale; "spectral": r
+    # divided, per Fourier mode of the coordinate grid, by the data's RMS amplitude there
+    # (a Fourier-diagonal C_c fitted to the data: the N(0, I) source then carries the
+    # data's spectrum, so a one-step map that passes source noise through adds none at
+    # wavenumbers where the data has none; flat coordinates fall back to "data")
+    source_scale: Literal["unit", "data", "spectral"] = "unit"
     # weight of a spread-matching term (sqrt(mean_i var_batch T^{0,1}(r0)_i) / S_data - 1)^2
     # on the batch's (0, 1) draws, S_data the training data's RMS spread in r (0: off; not
     # in the paper: it counters the one-step shrinkage, see docs/protocols.md).
@@ -162,6 +168,8 @@ class PMosFM(Method):
                            "whitening": mode}
         self._shell_power_data: torch.Tensor | None = None
         self._shells: torch.Tensor | None = None
+        # [C, *rfft shape] per-mode RMS amplitude of the data in r ("spectral" source)
+        self._src_symbol: torch.Tensor | None = None
         self._spread_active = config.spread_weight > 0 and spec.cond_channels == 0
         self.info["spread_term"] = self._spread_active
 
@@ -183,7 +191,8 @@ class PMosFM(Method):
         return {"net": self.net.state_dict(), "geometry": self.geometry.state_dict(),
                 "geometry_kind": type(self.geometry).__name__,
                 "whitening": self.whitening.state_dict(),
-                "metric_w": self.chart.metric_w, "info": self.info}
+                "metric_w": self.chart.metric_w, "info": self.info,
+                "source_symbol": self._src_symbol}
 
     def load_state_dict(self, state: dict) -> None:
         from pcgbench import preconditioning
@@ -197,6 +206,8 @@ class PMosFM(Method):
         self.whitening.to(self.device)
         self.chart.metric_w = state["metric_w"].to(self.device)
         self.info = dict(state["info"])
+        sym = state.get("source_symbol")
+        self._src_symbol = None if sym is None else sym.to(self.device)
 
     def record_extras(self) -> dict:
         return dict(self.info)
@@ -209,8 +220,15 @@ class PMosFM(Method):
 
     def decode_r(self, r: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
         """Psi_c(r) = chi_c(mu_c + C_c^-1 sigma r) (Eq. preconditioned-coordinate; sigma
-        = ``r_scale``, a scalar folded into C_c)."""
+        = ``r_scale``, a scalar folded into C_c, or the per-mode "spectral" scale)."""
+        if self._src_symbol is not None:
+            r = _fourier_scale(r, self._src_symbol, inverse=False)
         return self.chart.decode(self.geometry.to_y(r * self.r_scale), cond)
+
+    def _unscaled(self, r: torch.Tensor) -> torch.Tensor:
+        """r before the "spectral" source scale (identity otherwise): spreads are
+        compared there, where each mode counts with its energy."""
+        return r if self._src_symbol is None else _fourier_scale(r, self._src_symbol, False)
 
     @torch.no_grad()
     def _encode_all(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
@@ -289,7 +307,7 @@ class PMosFM(Method):
         if self._spread_active and int(ends.sum()) >= 4:
             # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
             # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
-            one_step = (r0 + u_st)[ends]
+            one_step = self._unscaled((r0 + u_st)[ends])
             if self._shell_power_data is not None:
                 log_p = (shell_power(one_step, self._shells) + 1e-12).log()
                 l_spread = (log_p - (self._shell_power_data + 1e-12).log()).pow(2).mean()
@@ -333,17 +351,25 @@ class PMosFM(Method):
             raise PcgError(f"pmosfm: geometry must be 'auto' or 'none', got {cfg.geometry!r}")
         with torch.no_grad():
             r1_all = self.geometry.to_r(y1)
-            if cfg.source_scale == "data":
+            self._src_symbol = None
+            if cfg.source_scale == "spectral" and r1_all.ndim >= 3:
+                # the spread term and ratio stay measured in the unscaled r (energy
+                # weighted: the energetic low modes dominate, as in WD), see _unscaled
+                self.info["r_spread"] = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
+                self._src_symbol = data_amplitude(r1_all)
+                r1_all = _fourier_scale(r1_all, self._src_symbol, inverse=True)
+            elif cfg.source_scale in ("data", "spectral"):
                 # the data's RMS spread per r-coordinate (0.35 on Burgers, 0.36-0.49 on
                 # Darcy vs the unit source: issue 14); folded into C_c as a scalar
                 sigma = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
                 self.info["r_scale"] = sigma
                 r1_all = r1_all / sigma
-            self.info["r_spread"] = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
+            if self._src_symbol is None:
+                self.info["r_spread"] = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
             self._shell_power_data = None
             if cfg.spread_match == "spectral" and r1_all.ndim >= 3:
                 self._shells = shell_index(r1_all.shape[2:], r1_all.device)
-                self._shell_power_data = shell_power(r1_all, self._shells)
+                self._shell_power_data = shell_power(self._unscaled(r1_all), self._shells)
         wc = self._whiten_cond(cond_all)
         self.whitening.fit(r1_all, eps=cfg.eps_p, rank=cfg.whitening_rank,
                            cond=None if wc is None else wc.to(self.device),
@@ -416,9 +442,10 @@ class PMosFM(Method):
         r0 = torch.randn(r1[:k].shape, generator=gen).to(self.device)
         s = torch.zeros(k, device=self.device)
         z = self.whitening.apply(r0, s, cond=self._whiten_cond(c))
-        out = r0 + self.net(z, torch.stack([s, torch.ones_like(s)], 1), c)
+        out = self._unscaled(r0 + self.net(z, torch.stack([s, torch.ones_like(s)], 1), c))
         spread = out.flatten(1).std(0).pow(2).mean().sqrt()
-        return float(spread / r1[:k].flatten(1).std(0).pow(2).mean().sqrt().clamp_min(1e-12))
+        ref = self._unscaled(r1[:k]).flatten(1).std(0).pow(2).mean().sqrt()
+        return float(spread / ref.clamp_min(1e-12))
 
     # -- sampling -------------------------------------------------------------------------
     @torch.no_grad()
@@ -458,6 +485,27 @@ def shell_power(r: torch.Tensor, shells: torch.Tensor) -> torch.Tensor:
     total = flat.new_zeros(flat.shape[0], n).index_add_(1, idx, flat)
     count = torch.bincount(idx, minlength=n).to(flat.dtype)
     return total / count
+
+
+def data_amplitude(r: torch.Tensor, rel_floor: float = 1e-6) -> torch.Tensor:
+    """RMS amplitude per (channel, Fourier mode) of the fluctuations of ``r`` [B, C,
+    *spatial] about their batch mean, normalized so that white noise of unit variance has
+    amplitude 1 in every mode: [C, *rfft shape] (floored at ``rel_floor`` x the largest,
+    so dividing by it is safe).  Even in k, so scaling by it maps real fields to real."""
+    dims = tuple(range(2, r.ndim))
+    fluct = (r - r.mean(0, keepdim=True)).to(torch.float64)
+    power = torch.fft.rfftn(fluct, dim=dims).abs().pow(2).sum(0) / max(len(r) - 1, 1)
+    amp = (power / math.prod(r.shape[2:])).sqrt()
+    return amp.clamp_min(rel_floor * float(amp.max())).to(r.dtype)
+
+
+def _fourier_scale(r: torch.Tensor, symbol: torch.Tensor, inverse: bool) -> torch.Tensor:
+    """F^-1 (symbol^{+-1} F r) over the spatial axes of ``r`` [B, C, *spatial]."""
+    dims = tuple(range(2, r.ndim))
+    rh = torch.fft.rfftn(r, dim=dims)
+    sym = symbol.to(device=r.device, dtype=r.dtype)
+    rh = rh / sym if inverse else rh * sym
+    return torch.fft.irfftn(rh, s=r.shape[2:], dim=dims)
 
 
 def clipped_sum(terms: list[torch.Tensor], params: list[torch.nn.Parameter],

@@ -143,6 +143,7 @@ class Coverage90Metric(Metric):
 
     higher_is_better = False
     description = "|empirical coverage of the central 90% ensemble interval - 0.9|"
+    label = "coverage90 |c - 0.9|"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
         c = coverage(samples, reference, ctx)

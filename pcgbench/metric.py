@@ -28,6 +28,8 @@ class Metric(ABC):
     name: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = False
     description: ClassVar[str] = ""
+    #: how tables name the row when the bare name could be misread (e.g. a gap, not a rate)
+    label: ClassVar[str] = ""
 
     @abstractmethod
     def __call__(
