@@ -220,7 +220,7 @@ def test_source_scale_spectral_gives_the_source_the_data_spectrum(task):
 
     m = _fit(task, source_scale="spectral", chart="mass")
     assert m._src_symbol is not None
-    unit = _fit(task, chart="mass")
+    unit = _fit(task, chart="mass", source_scale="unit")
     # the spread term's reference is the data's spread in the unscaled r
     assert m.info["r_spread"] == pytest.approx(unit.info["r_spread"], rel=1e-5)
     r1 = m.geometry.to_r(m.chart.encode(task.dataset("train").x))
@@ -247,7 +247,8 @@ def test_spread_term_matches_its_definition(task):
     s = torch.zeros(16)
     with torch.no_grad():
         one = r0 + m.net(r0, torch.stack([s, torch.ones(16)], 1), None)
-    expect = (one.flatten(1).var(0).mean().sqrt() / m.info["r_spread"] - 1) ** 2
+    # measured in the unscaled r (the "spectral" source scale undone)
+    expect = (m._unscaled(one).flatten(1).var(0).mean().sqrt() / m.info["r_spread"] - 1) ** 2
     assert float(got) == pytest.approx(float(expect), rel=1e-4)
     off = _fit(task, endpoint_share=1.0, spread_weight=0.0)
     assert off._losses(r1, None, torch.Generator().manual_seed(5)).spread is None
@@ -291,3 +292,15 @@ def test_whitening_auto_resolves_per_condition_kind(task, tmp_path):
     assert PMosFM(kf, PMosFMConfig.for_preset("smoke")).info["whitening"] == "full"
     cfg = PMosFMConfig.for_preset("smoke").replace(whitening="diagonal")
     assert PMosFM(kf, cfg).info["whitening"] == "diagonal"
+
+
+def test_source_scale_auto_resolves_per_condition_kind(task, tmp_path):
+    """"auto": the data's spectrum as the source on unconditioned spatial charts, the
+    unit source on field-conditioned tasks; an explicit setting wins."""
+    from pcgbench.registry import TASKS
+
+    assert PMosFM(task, PMosFMConfig.for_preset("smoke")).info["source_scale"] == "spectral"
+    kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
+    assert PMosFM(kf, PMosFMConfig.for_preset("smoke")).info["source_scale"] == "unit"
+    cfg = PMosFMConfig.for_preset("smoke").replace(source_scale="unit")
+    assert PMosFM(task, cfg).info["source_scale"] == "unit"
