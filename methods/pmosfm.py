@@ -27,7 +27,10 @@ Choices where the paper is silent (all config fields, see ``PMosFMConfig``):
   amplitude at delta/(t-s) ~ U(0.05, 0.95), ~0.8 at U(0.01, 0.1); U(0.001, 0.01) is
   nearly unbiased but diverged on Darcy's solver decoder); a share ``diagonal_share`` of draws has
   t = s and then contributes only to L_FM;
-- source p0 = N(0, I) in r-coordinates, the same for every condition;
+- source p0 = N(0, I) in r-coordinates, the same for every condition; by default
+  (``source_scale="auto"``, not in the paper) r is first divided, per Fourier mode, by the
+  data's RMS amplitude on tasks not conditioned on fields, so the source carries the
+  data's spectrum and a one-step map adds no white noise where the data has no power;
 - conditional statistics: one scalar condition -> quantile-binned whitening; otherwise
   pooled (documented in docs/protocols.md).
 """
