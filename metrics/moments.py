@@ -100,23 +100,43 @@ def _pair_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return d2.sqrt()
 
 
-def energy_distance(samples: torch.Tensor, reference: torch.Tensor) -> float:
+def pooled_distances(samples: torch.Tensor, reference: torch.Tensor,
+                     cache: dict | None = None) -> tuple[torch.Tensor, int, bool]:
+    """(D, n, identical): the Euclidean distances [n + n', n + n'] between the flattened
+    first ``ENERGY_MAX_SAMPLES`` finite rows of ``samples`` (the first n) and of
+    ``reference``, pooled and centred (translation-invariant; limits cancellation), zero
+    diagonal; ``identical`` when both sets are equal.  One matrix serves ``energy`` and
+    ``mmd``: with ``cache`` (a MetricContext's) it is computed once per evaluation, for
+    the same two tensor objects."""
+    hit = None if cache is None else cache.get("pooled_distances")
+    if hit is not None and hit[0] is samples and hit[1] is reference:
+        return hit[2]
+    x, y = _prepare(samples, reference)
+    x, y = x[:ENERGY_MAX_SAMPLES].flatten(1), y[:ENERGY_MAX_SAMPLES].flatten(1)
+    identical = x.shape == y.shape and torch.equal(x, y)
+    z = torch.cat([x, y])
+    if z.shape[0]:
+        z = z - z.mean(dim=0)
+    d = _pair_dists(z, z)
+    d.fill_diagonal_(0.0)
+    out = (d, x.shape[0], identical)
+    if cache is not None:
+        cache["pooled_distances"] = (samples, reference, out)
+    return out
+
+
+def energy_distance(samples: torch.Tensor, reference: torch.Tensor,
+                    cache: dict | None = None) -> float:
     """Squared energy distance D^2 = 2 E|X-Y| - E|X-X'| - E|Y-Y'| (Euclidean norm of the
     flattened fields) as a V-statistic (all pairs, i = j included as 0), clamped at 0;
     each set is capped at its first 1000 samples.  Identical sets give exactly 0."""
-    x, y = _prepare(samples, reference)
-    x, y = x[:ENERGY_MAX_SAMPLES].flatten(1), y[:ENERGY_MAX_SAMPLES].flatten(1)
-    if x.shape[0] == 0 or y.shape[0] == 0:
+    d, n, identical = pooled_distances(samples, reference, cache)
+    if n == 0 or n == d.shape[0]:
         return float("nan")
-    if x.shape == y.shape and torch.equal(x, y):
+    if identical:
         return 0.0
-    center = torch.cat([x, y]).mean(dim=0)  # translation-invariant; limits cancellation
-    x, y = x - center, y - center
-    dxx, dyy = _pair_dists(x, x), _pair_dists(y, y)
-    dxx.fill_diagonal_(0.0)
-    dyy.fill_diagonal_(0.0)
-    d = float(2.0 * _pair_dists(x, y).mean() - dxx.mean() - dyy.mean())
-    return d if math.isnan(d) else max(0.0, d)  # max(0.0, nan) would be a perfect 0
+    e = float(2.0 * d[:n, n:].mean() - d[:n, :n].mean() - d[n:, n:].mean())
+    return e if math.isnan(e) else max(0.0, e)  # max(0.0, nan) would be a perfect 0
 
 
 @METRICS.register("mmse")
@@ -157,4 +177,4 @@ class EnergyMetric(Metric):
     description = "Squared energy distance of flattened fields (V-statistic, <=1000 samples)"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
-        return energy_distance(samples, reference)
+        return energy_distance(samples, reference, ctx.cache)

@@ -11,10 +11,10 @@ from pcgbench.metric import Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import check_pair, finite_rows
-from .moments import _pair_dists
+from .moments import ENERGY_MAX_SAMPLES, _pair_dists, pooled_distances
 from .residual import residual_error
 
-MMD_MAX_SAMPLES = 1000  # first 1000 samples of each set
+MMD_MAX_SAMPLES = ENERGY_MAX_SAMPLES  # first 1000 samples of each set (shared matrix)
 
 
 # -- energy spectrum --------------------------------------------------------------------
@@ -82,20 +82,18 @@ def median_bandwidth(z: torch.Tensor) -> float:
     return med if med > 0 else 1.0
 
 
-def mmd_rbf(samples: torch.Tensor, reference: torch.Tensor, sigma: float | None = None) -> float:
+def mmd_rbf(samples: torch.Tensor, reference: torch.Tensor, sigma: float | None = None,
+            cache: dict | None = None) -> float:
     """Biased (V-statistic) squared MMD with the RBF kernel
     ``k(a, b) = exp(-|a - b|^2 / (2 sigma^2))`` on flattened fields:
     ``MMD^2 = mean K_xx + mean K_yy - 2 mean K_xy`` (all pairs, diagonals included), clamped
     at 0, so identical sets give exactly 0.  ``sigma`` defaults to the median heuristic on
     the pooled sets; each set is capped at its first 1000 samples.  One pooled distance
-    matrix serves the median and all three kernel blocks (it used to be computed twice)."""
-    check_pair(samples, reference)
-    x = finite_rows(samples)[:MMD_MAX_SAMPLES].detach().to(torch.float64).flatten(1)
-    y = finite_rows(reference)[:MMD_MAX_SAMPLES].detach().to(torch.float64).flatten(1)
-    if x.shape[0] == 0 or y.shape[0] == 0:
+    matrix serves the median and all three kernel blocks, shared with ``energy`` through
+    ``cache`` (:func:`pooled_distances`)."""
+    d, n, _ = pooled_distances(samples, reference, cache)
+    if n == 0 or n == d.shape[0]:
         return float("nan")
-    n = x.shape[0]
-    d = _pair_dists(torch.cat([x, y]), torch.cat([x, y]))
     if sigma is None:
         iu = torch.triu_indices(d.shape[0], d.shape[0], offset=1)
         med = float(d[iu[0], iu[1]].median())
@@ -117,7 +115,7 @@ class MMDMetric(Metric):
     description = "Squared MMD (biased), RBF kernel with median-heuristic bandwidth"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
-        return mmd_rbf(samples, reference)
+        return mmd_rbf(samples, reference, cache=ctx.cache)
 
 
 # -- spectral residual -------------------------------------------------------------------------

@@ -7,8 +7,8 @@ A metric compares generated samples with reference samples, both in physical uni
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
@@ -22,6 +22,9 @@ class MetricContext:
     task: Task
     cond: torch.Tensor | None = None  # conditions of the generated samples
     reference_cond: torch.Tensor | None = None
+    # work shared by the metrics of one evaluation (e.g. the pooled distance matrix of
+    # ``energy`` and ``mmd``); entries keep the tensors they were computed from
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 class Metric(ABC):

@@ -313,12 +313,14 @@ def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
 
     ctx = MetricContext(task=task, cond=cond, reference_cond=reference_cond)
     out: dict[str, float] = {}
+    # the same two tensor objects for every metric, so ctx.cache can share work
+    x, ref = samples.detach().cpu(), reference.detach().cpu()
     for name in task.metrics:
         metric = METRICS.get(name)()
         with torch.no_grad():
-            value = metric(samples.detach().cpu(), reference.detach().cpu(), ctx)
+            value = metric(x, ref, ctx)
         out[name] = float(value)
-    out["nonfinite_fraction"] = nonfinite_fraction(samples.detach().cpu())
+    out["nonfinite_fraction"] = nonfinite_fraction(x)
     return out
 
 

@@ -209,3 +209,27 @@ def test_a_calibrated_small_ensemble_covers_less_than_ninety_percent() -> None:
     lo, hi = central_interval(ens)
     c = float(((obs >= lo) & (obs <= hi)).double().mean())
     assert abs(c - 0.72) < 0.01
+
+
+def test_energy_and_mmd_share_one_pooled_distance_matrix(ctx, monkeypatch) -> None:
+    """Within one MetricContext the pooled distance matrix is computed once for the same
+    two tensors (energy + mmd), and the values equal the standalone ones; other tensors
+    are never served from the cache."""
+    import pcgbench.metrics.moments as moments
+    from pcgbench.metrics.moments import energy_distance
+    from pcgbench.metrics.spectral import mmd_rbf
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(40, 1, 8, 8, generator=g), torch.randn(30, 1, 8, 8, generator=g) + 0.3
+    calls = []
+    real = moments._pair_dists
+    monkeypatch.setattr(moments, "_pair_dists", lambda a, b: calls.append(1) or real(a, b))
+    shared = MetricContext(task=ctx.task)
+    e = METRICS.get("energy")()(x, y, shared)
+    m = METRICS.get("mmd")()(x, y, shared)
+    assert len(calls) == 1
+    assert e == pytest.approx(energy_distance(x, y), rel=1e-12)
+    assert m == pytest.approx(mmd_rbf(x, y), rel=1e-12)
+    y2 = y.clone()
+    assert METRICS.get("energy")()(x, y2, shared) == pytest.approx(e, rel=1e-12)
+    assert len(calls) == 4  # y2 is another tensor: recomputed (+2 standalone calls above)
