@@ -106,16 +106,44 @@ def shared_jacobian(g: ConstraintFn, z: Tensor, cond: Cond = None) -> Tensor:
     return batched_jacobian(g, z[:1], c0)
 
 
+def dense_gram(jac: Tensor) -> Tensor:
+    """``J J^T`` by one batched matrix product."""
+    return jac @ jac.transpose(1, 2)
+
+
+def gram_fn(jacobian: JacobianFn | None) -> Callable[[Tensor], Tensor]:
+    """The Gram product matching a Jacobian function: a coloured plan's sparse ``gram``
+    where it has one, else :func:`dense_gram` (same matrix up to summation order)."""
+    return getattr(jacobian, "gram", None) or dense_gram
+
+
 def spd_solve(s: Tensor, rhs: Tensor, damped: bool = False) -> Tensor:
     """Solve ``s x = rhs`` for the Gram matrix ``s = J J^T`` (batched).  Undamped, the
     Moore-Penrose pseudo-inverse (eigen-decomposition, torch's default cut-off
     k * eps * max eigenvalue) keeps rank-deficient but consistent constraints exact
     (e.g. a pointwise divergence, whose grid sum vanishes identically), so
-    ``x - J^T s^+ h`` is still the orthogonal projection; damped (positive definite),
-    a plain solve."""
+    ``x - J^T s^+ h`` is still the orthogonal projection; damped (positive definite, see
+    :func:`damp`), a Cholesky solve in float64 (LU as fallback), returned in the input's
+    dtype: in float32 the solve on Darcy's Gram (eigenvalues 0 to 6e7) was ill-posed."""
     if damped:
-        return torch.linalg.solve(s, rhs)
+        s64, r64 = s.to(torch.float64), rhs.to(torch.float64)
+        chol, info = torch.linalg.cholesky_ex(s64)
+        if bool((info == 0).all()):
+            return torch.cholesky_solve(r64, chol).to(rhs.dtype)
+        return torch.linalg.solve(s64, r64).to(rhs.dtype)
     return torch.linalg.pinv(s, hermitian=True) @ rhs
+
+
+def damp(s: Tensor, damping: float) -> Tensor:
+    """``s + damping * mean(diag s) * I`` per sample: Tikhonov damping relative to the
+    Gram's own scale (an absolute 1e-6 is 1e-14 of Darcy's largest eigenvalue, i.e. no
+    damping at all in float32, while it is felt on an O(1) Gram), so directions with
+    eigenvalues below ~damping x the mean are suppressed whatever the units."""
+    if not damping:
+        return s
+    scale = s.diagonal(dim1=-2, dim2=-1).mean(dim=-1).clamp_min(torch.finfo(s.dtype).tiny)
+    eye = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+    return s + (damping * scale)[..., None, None] * eye
 
 
 def gauss_newton_project(
@@ -131,10 +159,12 @@ def gauss_newton_project(
     """Gauss-Newton projection of ``z`` onto ``{g = 0}`` (batched, no gradient).
 
     Root mode (``anchor=False``, PCFM's per-step projection, paper App.
-    baseline-mechanisms): ``u <- u - J^T (J J^T + damping I)^-1 g(u)`` repeated ``steps``
+    baseline-mechanisms): ``u <- u - J^T (J J^T + damping c I)^-1 g(u)`` repeated ``steps``
     times from u = z.  Anchored mode (``anchor=True``, PCFM's final projection): the
     Newton iteration of ``min ||u - z||^2 s.t. g(u) = 0``,
-    ``u <- u + d - J^T (J J^T + damping I)^-1 (J d + g(u))`` with ``d = z - u``.
+    ``u <- u + d - J^T (J J^T + damping c I)^-1 (J d + g(u))`` with ``d = z - u``;
+    c = mean(diag J J^T) per sample (:func:`damp`: relative, so the damping means the same
+    whatever the constraint's units; solved in float64).
     For affine ``g`` and ``damping = 0`` one step of either mode is the exact orthogonal
     projection ``z - J^T (J J^T)^-1 g(z)``.  ``jac`` ([B or 1, k, n]) fixes the Jacobian
     (affine constraints); otherwise ``jacobian`` (default :func:`batched_jacobian`)
@@ -143,6 +173,7 @@ def gauss_newton_project(
     """
     b = z.shape[0]
     shape = z.shape[1:]
+    gram = dense_gram if jac is not None else gram_fn(jacobian)
     with torch.no_grad():
         zf = z.detach().reshape(b, -1)
         u = zf.clone()
@@ -150,9 +181,7 @@ def gauss_newton_project(
             r = g(u.reshape(b, *shape), cond).reshape(b, -1)
             J = jac if jac is not None else (jacobian or batched_jacobian)(
                 g, u.reshape(b, *shape), cond)
-            s = J @ J.transpose(1, 2)
-            if damping:
-                s = s + damping * torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+            s = damp(gram(J), damping)
             if anchor:
                 d = zf - u
                 rhs = (J @ d.unsqueeze(-1)).squeeze(-1) + r

@@ -42,7 +42,14 @@ from typing import Literal
 import torch
 
 from pcgbench.method import MethodConfig
-from pcgbench.methods._sampling import BackboneSampler, batched_jacobian, shared_jacobian, spd_solve
+from pcgbench.methods._sampling import (
+    BackboneSampler,
+    batched_jacobian,
+    dense_gram,
+    gram_fn,
+    shared_jacobian,
+    spd_solve,
+)
 from pcgbench.registry import METHODS
 from pcgbench.timing import PhaseTimer
 
@@ -62,6 +69,7 @@ def band_project(h, z, t, cond, kappa, steps=1, jac=None, jacobian=batched_jacob
     b = z.shape[0]
     beta = None
     view = (-1, *([1] * (y.ndim - 1)))
+    gram = dense_gram if jac is not None else gram_fn(jacobian)
 
     def excess_of(yy):
         r = h(yy, cond).reshape(b, -1)
@@ -72,7 +80,7 @@ def band_project(h, z, t, cond, kappa, steps=1, jac=None, jacobian=batched_jacob
         if beta is None:
             beta = kappa * sigma * J.norm(dim=-1)  # [B or 1, k]
         excess = excess_of(y)
-        s = J @ J.transpose(1, 2)
+        s = gram(J)
         if jac is not None:  # affine: the exact minimum-norm step
             dy = (J.transpose(1, 2) @ spd_solve(s, excess.unsqueeze(-1))).squeeze(-1)
             y = y - dy.reshape(y.shape)

@@ -1,5 +1,6 @@
-"""Compressed (coloured) Jacobians equal the dense vmap(jacrev) ones; the colouring is
-valid; PCFM and CCFM give the same samples with either Jacobian."""
+"""Compressed (coloured) Jacobians equal the dense vmap(jacrev) ones, and their sparse Gram
+products equal J J^T; the colouring is valid; PCFM and CCFM give the same samples with
+either Jacobian."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ def test_colored_equals_dense_with_a_dense_row():
     torch.testing.assert_close(plan(_stencil_with_global_row, z), dense, rtol=0, atol=1e-14)
 
 
+def test_sparse_gram_equals_dense_product_with_a_dense_row():
+    z = torch.randn(4, 1, 40, dtype=torch.float64)
+    plan = ColoredJacobian.detect(_stencil_with_global_row, z)
+    jac = plan(_stencil_with_global_row, z)
+    torch.testing.assert_close(plan.gram(jac), jac @ jac.transpose(1, 2), rtol=0, atol=1e-12)
+
+
 def _darcy(tmp_path):
     return TASKS.get("darcy")(preset="smoke", data_dir=tmp_path, progress=False)
 
@@ -54,6 +62,11 @@ def test_colored_equals_dense_on_darcy(tmp_path):
     k = plan.pattern.shape[0]
     assert plan.passes * 4 < k  # worth it: far fewer passes than rows
     torch.testing.assert_close(plan(h, z), batched_jacobian(h, z), rtol=1e-10, atol=1e-10)
+    jac = plan(h, z)
+    n = z[0].numel()
+    assert plan.pair_a.numel() * 100 < k * k * n  # far fewer products than the dense J J^T
+    torch.testing.assert_close(plan.gram(jac), jac @ jac.transpose(1, 2), rtol=1e-12,
+                               atol=1e-10)
 
 
 @pytest.fixture(scope="module")
