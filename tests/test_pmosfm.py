@@ -304,3 +304,17 @@ def test_source_scale_auto_resolves_per_condition_kind(task, tmp_path):
     assert PMosFM(kf, PMosFMConfig.for_preset("smoke")).info["source_scale"] == "unit"
     cfg = PMosFMConfig.for_preset("smoke").replace(source_scale="unit")
     assert PMosFM(task, cfg).info["source_scale"] == "unit"
+
+
+def test_default_whitening_generalizes_where_it_is_used(tmp_path):
+    """Where whitening resolves to "full" (field-conditioned tasks) the default keeps a
+    quarter of each bin's eigenpairs (held-out fields stay at the training scale,
+    tests/test_whitening_generalization.py); None restores the paper's exact P_s."""
+    from pcgbench.registry import TASKS
+
+    assert PMosFMConfig().whitening_rank_fraction == 0.25
+    kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
+    m = PMosFM(kf, PMosFMConfig.for_preset("smoke").replace(iterations=1))
+    m.fit(kf.dataset("train"), progress=False)
+    n_train = len(kf.dataset("train").x)
+    assert m.whitening.evecs.shape[-1] == max(1, int(0.25 * n_train))
