@@ -262,3 +262,32 @@ def test_load_external_errors(tmp_path):
     _write_csvs(tmp_path / "short", rows=4, m=8)
     with pytest.raises(PcgError, match="needs 2 rows"):
         task.load_external(tmp_path / "short", "val")
+
+
+def test_banded_direct_solve_matches_superlu_and_is_the_cg_decoders_limit(tmp_path):
+    """darcy2d.solve_pressure_banded equals the SuperLU solve to round-off; the chart's
+    decode_exact equals decode (K CG iterations) up to CG's own error, which shrinks
+    with K; decode_exact satisfies the encoded FV residual to round-off."""
+    import numpy as np
+
+    from pcgbench.solvers import darcy2d
+    from pcgbench.tasks.darcy import DarcyTask
+
+    rng = np.random.default_rng(0)
+    n = 16
+    k = np.exp(rng.normal(size=(3, n, n)))
+    f = darcy2d.source_field(n)
+    ref = np.stack([darcy2d.solve_pressure(k[i], f) for i in range(3)])
+    got = darcy2d.solve_pressure_banded(k, f)
+    assert np.abs(got - ref).max() <= 1e-10 * np.abs(ref).max()
+
+    task = DarcyTask("smoke", data_dir=tmp_path, progress=False)
+    y = torch.log(task.dataset("test").x[:4, 1:2]).double()
+    exact = task.solver_chart(calibrate=False).double().decode_exact(y)
+    errs = []
+    for iters in (16, 64):
+        cg = task.solver_chart(iters=iters, calibrate=False).double().decode(y)
+        errs.append(float((cg - exact).norm() / exact.norm()))
+    assert errs[1] < errs[0] and errs[1] < 1e-3
+    chart = task.solver_chart(calibrate=False).double()
+    assert float(chart.residual(exact).abs().max()) < 1e-9

@@ -111,6 +111,12 @@ class Chart(nn.Module, ABC):
     def decode(self, y: Tensor, cond: Cond = None) -> Tensor:
         """chi_c(y): [B, *coord_shape] -> [B, *field_shape]."""
 
+    def decode_exact(self, y: Tensor, cond: Cond = None) -> Tensor:
+        """chi_c(y) for sampling, without gradients: the decoder's exact limit where it
+        is an iterative solver that a direct solve does faster (e.g. the Darcy chart's
+        K-iteration CG -> a banded Cholesky), else :meth:`decode` itself."""
+        return self.decode(y, cond)
+
     @abstractmethod
     def encode(self, x: Tensor, cond: Cond = None) -> Tensor:
         """eta_c(x): [B, *field_shape] -> [B, *coord_shape]."""
