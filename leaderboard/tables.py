@@ -47,8 +47,8 @@ def failed_notes(records: list[dict], tasks: set[str] | None = None,
         if is_ok(r) or (tasks is not None and r.get("task") not in tasks) or (
                 preset is not None and r.get("preset") != preset):
             continue
-        frac = (r.get("metrics") or {}).get("nonfinite_fraction")
-        extra = f", nonfinite_fraction {frac:.3g}" if isinstance(frac, float) and frac else ""
+        extra = "".join(f", {k} {v:.3g}" for k in ("nonfinite_fraction", "blowup_fraction")
+                        if isinstance(v := (r.get("metrics") or {}).get(k), float) and v)
         out.append(f"excluded from the means: {r.get('task')}/{r.get('method')} seed "
                    f"{r.get('seed')} [{r.get('preset')}] -- {r.get('status')}: "
                    f"{r.get('status_reason')}{extra}")
@@ -102,7 +102,7 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
     for recs in by_method.values():
         for r in recs:
             for k in (r.get("metrics") or {}):
-                if k not in metric_rows and k != "nonfinite_fraction":
+                if k not in metric_rows and k not in ("nonfinite_fraction", "blowup_fraction"):
                     metric_rows.append(k)
     rows = metric_rows + [name for name, _ in EXTRA_ROWS]
     getters = {m: (lambda r, m=m: (r.get("metrics") or {}).get(m)) for m in metric_rows}

@@ -12,7 +12,13 @@ from . import (  # noqa: F401
     residual,
     spectral,
 )
-from .distribution import finite_rows, js_divergence, nonfinite_fraction, wasserstein1
+from .distribution import (
+    blowup_fraction,
+    finite_rows,
+    js_divergence,
+    nonfinite_fraction,
+    wasserstein1,
+)
 from .moments import energy_distance, mmse, smse
 from .residual import residual_error
 
@@ -27,6 +33,7 @@ __all__ = [
     "mmse",
     "moments",
     "nonfinite_fraction",
+    "blowup_fraction",
     "residual",
     "residual_error",
     "smse",

@@ -30,6 +30,26 @@ def nonfinite_fraction(samples: torch.Tensor) -> float:
     return float(bad.sum().item()) / n
 
 
+#: a finite sample larger than this many times the reference's largest magnitude is a
+#: blow-up, not a draw from any tail (PCFM on Darcy reached 1e17 in normalized units)
+BLOWUP_FACTOR = 1e3
+
+
+def blowup_fraction(samples: torch.Tensor, reference: torch.Tensor,
+                    factor: float = BLOWUP_FACTOR) -> float:
+    """Fraction of samples (rows of dim 0) whose largest |value| exceeds ``factor`` x
+    the largest finite |value| of ``reference`` (non-finite samples count too: they are
+    ``nonfinite_fraction``'s as well); nan if empty."""
+    n = int(samples.shape[0])
+    if n == 0:
+        return float("nan")
+    ref = reference[torch.isfinite(reference)]
+    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    flat = samples.reshape(n, -1).detach().to("cpu", torch.float64)
+    peak = torch.nan_to_num(flat.abs(), nan=float("inf")).amax(dim=1)
+    return float((peak > factor * scale).sum().item()) / n
+
+
 def finite_mask(x: torch.Tensor) -> torch.Tensor:
     """Boolean [N]: True where the whole sample is finite."""
     return torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)

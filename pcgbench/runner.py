@@ -309,7 +309,7 @@ def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str) -> No
 
 def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
              cond: torch.Tensor | None, reference_cond: torch.Tensor | None) -> dict[str, float]:
-    from pcgbench.metrics import nonfinite_fraction
+    from pcgbench.metrics import blowup_fraction, nonfinite_fraction
 
     ctx = MetricContext(task=task, cond=cond, reference_cond=reference_cond)
     out: dict[str, float] = {}
@@ -321,6 +321,7 @@ def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
             value = metric(x, ref, ctx)
         out[name] = float(value)
     out["nonfinite_fraction"] = nonfinite_fraction(x)
+    out["blowup_fraction"] = blowup_fraction(x, ref)
     return out
 
 
@@ -379,8 +380,8 @@ def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
                ) -> tuple[str, str | None]:
     """``("ok" | "diverged" | "invalid", reason)`` of a finished run.  A run whose config
     trains or samples nothing, whose training loss is non-finite, or any of whose samples
-    is non-finite is recorded as such and never scored as a success (the leaderboard
-    leaves it out of the means and says so)."""
+    is non-finite or blown up (``blowup_fraction``) is recorded as such and never scored
+    as a success (the leaderboard leaves it out of the means and says so)."""
     for name in ("iterations", "steps"):
         if getattr(method.config, name, None) == 0:
             return "invalid", f"the config trains or samples nothing ({name}=0)"
@@ -389,6 +390,12 @@ def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
     frac = metrics.get("nonfinite_fraction")
     if frac is not None and (math.isnan(frac) or frac > 0):
         return "diverged", f"{frac:.1%} of the samples are non-finite"
+    blown = metrics.get("blowup_fraction")
+    if blown is not None and blown > 0:
+        from pcgbench.metrics.distribution import BLOWUP_FACTOR
+
+        return "diverged", (f"{blown:.1%} of the samples blew up (|x| > {BLOWUP_FACTOR:g} x "
+                            "the test data's largest magnitude)")
     return "ok", None
 
 

@@ -199,3 +199,15 @@ def test_energy_cap() -> None:
     x = torch.zeros(1005, 1, 2, dtype=torch.float64)
     x[1000:] = 50.0  # beyond the first 1000: ignored
     assert energy_distance(x, torch.zeros(3, 1, 2)) == 0.0
+
+
+def test_blowup_fraction() -> None:
+    from pcgbench.metrics import blowup_fraction
+
+    ref = torch.randn(20, 1, 4, 4)
+    x = torch.randn(10, 1, 4, 4)
+    assert blowup_fraction(x, ref) == 0.0
+    x[0, 0, 0, 0] = 1e17
+    x[1, 0, 1, 1] = float("nan")  # non-finite counts as blown up too
+    assert blowup_fraction(x, ref) == pytest.approx(0.2)
+    assert blowup_fraction(x[:0], ref) != blowup_fraction(x[:0], ref)  # nan when empty

@@ -21,6 +21,7 @@ from pcgbench.registry import METHODS
 class _HalfNaNConfig(MethodConfig):
     nan_fraction: float = 0.5
     diverge: bool = False
+    blowup: float = 0.0  # multiply the last sample of each batch by this (0: off)
 
 
 class _HalfNaN(Method):
@@ -36,6 +37,8 @@ class _HalfNaN(Method):
     def sample(self, cond, n, generator):
         x = torch.randn((n, *self.task.spec.field_shape), generator=generator)
         x[: int(n * self.config.nan_fraction)] = float("nan")
+        if self.config.blowup:
+            x[-1] *= self.config.blowup
         return x
 
 
@@ -128,3 +131,15 @@ def test_saved_samples_and_loss_curve(dirs, capsys):
         assert f["samples"].shape[0] == 5 and f["reference"].shape == f["samples"].shape
     assert main(["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke",
                  "--quiet", "--save-samples", "-1", "--force"]) == 2
+
+
+def test_finite_but_blown_up_samples_are_diverged(dirs, capsys):
+    """PCFM on Darcy produced finite samples of magnitude 1e17 that were scored (RE 5e33):
+    a sample beyond 1000x the test data's largest |value| makes the run diverged."""
+    argv = [*RUN, "--method", "half_nan", "--set", "nan_fraction=0.0", "--set", "blowup=1e17"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGED" in out and "of the samples blew up" in out
+    (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "half_nan"]
+    assert rec["status"] == "diverged" and rec["metrics"]["blowup_fraction"] > 0
+    assert main([*RUN, "--method", "half_nan", "--set", "nan_fraction=0.0"]) == 0
