@@ -59,12 +59,19 @@ def main() -> None:
         loaded[name] = method
 
     b = args.batch_size
+    # conditioned tasks sample at the test split's first b conditions (the runner's own
+    # conditions are the test rows too), on the method's device
+    test = task.dataset("test")
+    cond = None
+    if test.cond is not None:
+        reps = -(-b // len(test.cond))
+        cond = test.cond.repeat(reps, *[1] * (test.cond.ndim - 1))[:b].to(device)
     times: dict[str, list[float]] = {n: [] for n in loaded}
     phases: dict[str, list[dict[str, float]]] = {n: [] for n in loaded}
     nfe = {}
     for name, m in loaded.items():  # warm-up and NFE count
         m.nfe.reset()
-        m.sample(None, b, torch.Generator().manual_seed(0))
+        m.sample(cond, b, torch.Generator().manual_seed(0))
         nfe[name] = m.nfe.count
     for r in range(args.repeats):
         for name, m in loaded.items():
@@ -72,7 +79,7 @@ def main() -> None:
             synchronize(device)
             t0 = time.perf_counter()
             with torch.no_grad():
-                m.sample(None, b, gen)
+                m.sample(cond, b, gen)
             synchronize(device)
             times[name].append(time.perf_counter() - t0)
             phases[name].append(dict(m.sample_breakdown))
