@@ -209,17 +209,17 @@ def solve_pressure_banded(k: np.ndarray, f: np.ndarray) -> np.ndarray:
     diag[:, :, :-1] += ty
     out = np.zeros((b, n * n))
     m = n * n - 1  # node 0 pinned (its row is implied by the others)
+    # upper band storage of every sample: ab[:, n + r - c, c] = A[r, c], r <= c, nodes 1..
+    ab = np.zeros((b, n + 1, m))
+    ab[:, n] = diag.reshape(b, -1)[:, 1:]
+    east = np.zeros((b, n, n))
+    east[:, :, 1:] = -ty  # A[(r, c-1), (r, c)]
+    ab[:, n - 1, 1:] = east.reshape(b, -1)[:, 2:]
+    south = np.zeros((b, n, n))
+    south[:, 1:] = -tx  # A[(r-1, c), (r, c)]
+    ab[:, 0, n - 1:] = south.reshape(b, -1)[:, n:]
     for i in range(b):
-        # upper band storage: ab[n + r - c, c] = A[r, c] for r <= c (nodes 1..n^2-1)
-        ab = np.zeros((n + 1, m))
-        ab[n] = diag[i].ravel()[1:]
-        east = np.zeros((n, n))
-        east[:, 1:] = -ty[i]  # A[(r, c-1), (r, c)]
-        ab[n - 1, 1:] = east.ravel()[2:]
-        south = np.zeros((n, n))
-        south[1:] = -tx[i]  # A[(r-1, c), (r, c)]
-        ab[0, n - 1:] = south.ravel()[n:]
-        _, x, info = scipy.linalg.lapack.dpbsv(ab, rhs)  # the solveh_banded kernel
+        _, x, info = scipy.linalg.lapack.dpbsv(ab[i], rhs)  # the solveh_banded kernel
         if info != 0:
             raise PcgError(f"Darcy banded solve failed (LAPACK dpbsv info={info}): the "
                            "permeability is not positive and finite")
