@@ -117,7 +117,11 @@ def pooled_distances(samples: torch.Tensor, reference: torch.Tensor,
     z = torch.cat([x, y])
     if z.shape[0]:
         z = z - z.mean(dim=0)
-    d = _pair_dists(z, z)
+    x, y = z[: x.shape[0]], z[x.shape[0]:]
+    # three Gram blocks, not the full pooled product (the yx block is the xy transposed)
+    dxy = _pair_dists(x, y)
+    d = torch.cat([torch.cat([_pair_dists(x, x), dxy], 1),
+                   torch.cat([dxy.T, _pair_dists(y, y)], 1)])
     d.fill_diagonal_(0.0)
     out = (d, x.shape[0], identical)
     if cache is not None:
