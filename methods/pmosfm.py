@@ -504,9 +504,7 @@ def shell_index(spatial: tuple[int, ...], device: torch.device) -> torch.Tensor:
 def shell_power(r: torch.Tensor, shells: torch.Tensor) -> torch.Tensor:
     """Mean power per (channel, |k| shell) of the fluctuations of ``r`` [B, C, *spatial]
     about their batch mean (unbiased over the batch): [C, n_shells]."""
-    dims = tuple(range(2, r.ndim))
-    fluct = r - r.mean(0, keepdim=True)
-    power = torch.fft.rfftn(fluct, dim=dims).abs().pow(2).sum(0) / (len(r) - 1)
+    power = _mode_power(r - r.mean(0, keepdim=True))
     flat = power.reshape(power.shape[0], -1)
     idx = shells.reshape(-1)
     n = int(idx.max()) + 1
@@ -515,14 +513,18 @@ def shell_power(r: torch.Tensor, shells: torch.Tensor) -> torch.Tensor:
     return total / count
 
 
+def _mode_power(fluct: torch.Tensor) -> torch.Tensor:
+    """Unbiased batch power per (channel, rfft mode) of centred ``fluct`` [B, C, *spatial]."""
+    dims = tuple(range(2, fluct.ndim))
+    return torch.fft.rfftn(fluct, dim=dims).abs().pow(2).sum(0) / max(len(fluct) - 1, 1)
+
+
 def data_amplitude(r: torch.Tensor, rel_floor: float = 1e-6) -> torch.Tensor:
     """RMS amplitude per (channel, Fourier mode) of the fluctuations of ``r`` [B, C,
     *spatial] about their batch mean, normalized so that white noise of unit variance has
     amplitude 1 in every mode: [C, *rfft shape] (floored at ``rel_floor`` x the largest,
     so dividing by it is safe).  Even in k, so scaling by it maps real fields to real."""
-    dims = tuple(range(2, r.ndim))
-    fluct = (r - r.mean(0, keepdim=True)).to(torch.float64)
-    power = torch.fft.rfftn(fluct, dim=dims).abs().pow(2).sum(0) / max(len(r) - 1, 1)
+    power = _mode_power((r - r.mean(0, keepdim=True)).to(torch.float64))
     amp = (power / math.prod(r.shape[2:])).sqrt()
     return amp.clamp_min(rel_floor * float(amp.max())).to(r.dtype)
 

@@ -140,14 +140,14 @@ def _face_weights(n: int) -> np.ndarray:
 
 
 def transmissibilities_np(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Face coefficients of ``A(K)`` for one field ``K`` [n, n]: ``tx`` [n-1, n] between
-    (i, j) and (i+1, j), ``ty`` [n, n-1] between (i, j) and (i, j+1) (harmonic-mean
-    permeability times face length / h)."""
-    n = k.shape[0]
+    """Face coefficients of ``A(K)`` for a field ``K`` [..., n, n] (one or a batch):
+    ``tx`` [..., n-1, n] between (i, j) and (i+1, j), ``ty`` [..., n, n-1] between (i, j)
+    and (i, j+1) (harmonic-mean permeability times face length / h)."""
+    n = k.shape[-1]
     w = _face_weights(n)
-    kx = 2.0 * k[1:] * k[:-1] / (k[1:] + k[:-1])
-    ky = 2.0 * k[:, 1:] * k[:, :-1] / (k[:, 1:] + k[:, :-1])
-    return kx * w[None, :], ky * w[:, None]
+    a, b = k[..., 1:, :], k[..., :-1, :]
+    c, d = k[..., :, 1:], k[..., :, :-1]
+    return 2.0 * a * b / (a + b) * w[None, :], 2.0 * c * d / (c + d) * w[:, None]
 
 
 def fv_matrix(k: np.ndarray) -> scipy.sparse.csr_matrix:
@@ -199,9 +199,7 @@ def solve_pressure_banded(k: np.ndarray, f: np.ndarray) -> np.ndarray:
     k = np.asarray(k, dtype=np.float64)
     b, n, _ = k.shape
     rhs = fv_rhs(np.asarray(f, dtype=np.float64)).ravel()[1:]
-    w = _face_weights(n)
-    tx = 2.0 * k[:, 1:] * k[:, :-1] / (k[:, 1:] + k[:, :-1]) * w[None, None, :]
-    ty = 2.0 * k[:, :, 1:] * k[:, :, :-1] / (k[:, :, 1:] + k[:, :, :-1]) * w[None, :, None]
+    tx, ty = transmissibilities_np(k)
     diag = np.zeros((b, n, n))
     diag[:, 1:] += tx
     diag[:, :-1] += tx
