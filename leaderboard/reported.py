@@ -14,8 +14,34 @@ import pandas as pd
 METRIC_NAMES = {"RE": "re", "WD": "wd", "JS": "js", "NFE": "nfe", "IT_s": "time/sample [s]"}
 
 
+#: wide per-benchmark tables (one row per method, one column per metric): benchmark ->
+#: (file stem, {paper column: our row name}, row filter {column: value})
+WIDE_TABLES: dict[str, tuple[str, dict[str, str], dict[str, float]]] = {
+    "hit_forecasting": ("hit_forecasting", {
+        "field_MSE": "recon_mse", "divergence_RMS": "re", "QR_JS": "qr_js",
+        "QR_TV": "qr_tv", "QR_Hellinger": "qr_hellinger"}, {}),
+    **{f"hit_reconstruction_{pct}": ("hit_sparse_reconstruction", {
+        "missing_region_RMSE": "missing_rmse", "physical_residual": "re", "CRPS": "crps",
+        "coverage_error": "coverage90", "interval_width": "width90"}, {"missing_pct": pct})
+       for pct in (50, 90, 99)},
+}
+
+
+def _wide_table(benchmark: str) -> pd.DataFrame | None:
+    stem, columns, where = WIDE_TABLES[benchmark]
+    df = reported_csv(stem)
+    for col, value in where.items():
+        df = df[df[col] == value]
+    if df.empty:
+        return None
+    return df.set_index("method")[list(columns)].rename(columns=columns).T
+
+
 def reported_table(benchmark: str) -> pd.DataFrame | None:
-    """Metric rows x method columns of the paper's main table for one benchmark."""
+    """Metric rows x method columns of the paper's reported table for one benchmark (the
+    main table, or a wide per-benchmark table such as HIT's)."""
+    if benchmark in WIDE_TABLES:
+        return _wide_table(benchmark)
     path = files("pcgbench.leaderboard").joinpath("reported/sampling_quality_cost.csv")
     df = pd.read_csv(str(path))
     df = df[df["benchmark"] == benchmark]

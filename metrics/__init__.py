@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     reconstruction,
     residual,
     spectral,
+    velocity_gradient,
 )
 from .distribution import (
     blowup_fraction,

@@ -69,3 +69,38 @@ class ReconMSEMetric(Metric):
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
         return _per_condition(samples, reference, ctx, mean_squared)
+
+
+def missing_rmse(samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
+    """Mean over conditions of the RMSE of the ensemble mean over the hidden points: the
+    grid points where ``ctx.task.observed_mask(cond)`` is False (all channels), in physical
+    units.  nan for tasks without ``observed_mask`` or without conditions."""
+    mask_fn = getattr(ctx.task, "observed_mask", None)
+    if mask_fn is None or ctx.cond is None or ctx.reference_cond is None:
+        return float("nan")
+    # the hidden points of a condition, flattened like the samples ([P] per row)
+    hidden = (~mask_fn(ctx.cond)).expand(-1, samples.shape[1], *samples.shape[2:])
+    fields = torch.cat([samples, hidden.to(samples.dtype)], dim=1)
+    refs = torch.cat([reference, torch.zeros_like(reference)], dim=1)
+    p = samples[0].numel()
+    vals = []
+    for e, o in ensemble_groups(fields, refs, ctx.cond, ctx.reference_cond):
+        h = e[0, p:] > 0.5
+        if not bool(h.any()):
+            continue
+        xbar = e[:, :p].mean(dim=0)
+        vals.append(float((xbar[h] - o[:, :p][:, h]).pow(2).mean(dim=1).sqrt().mean()))
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+@METRICS.register("missing_rmse")
+class MissingRMSEMetric(Metric):
+    """Mean over conditions of sqrt(mean over hidden points and channels of (xbar_c -
+    y_c)^2), xbar_c the ensemble mean (the "missing-region RMSE" of the paper's sparse
+    reconstruction; the task gives the mask through ``observed_mask(cond)``)."""
+
+    higher_is_better = False
+    description = "RMSE of the ensemble mean over the unobserved points, mean over conditions"
+
+    def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
+        return missing_rmse(samples, reference, ctx)

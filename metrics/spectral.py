@@ -59,14 +59,17 @@ def spectrum_error(samples: torch.Tensor, reference: torch.Tensor) -> float:
 class SpectrumMetric(Metric):
     """SPEC = (1/K') sum_{k=1..K, E_ref(k)>0} |E_gen(k) - E_ref(k)| / E_ref(k), E(k) the
     radially binned (shell k = round|q|, integer wavenumbers, K = min(n)//2, mean mode
-    excluded) spectral energy (1/2) sum_c |x_hat_c|^2 / m^2 of all channels (the velocity
-    for the Kolmogorov tasks), averaged over samples; see :func:`radial_energy_spectrum`.
-    Non-finite samples are dropped."""
+    excluded) spectral energy (1/2) sum_c |x_hat_c|^2 / m^2 of the task's
+    ``velocity_channels`` (all channels when it declares none), averaged over samples;
+    see :func:`radial_energy_spectrum`.  Non-finite samples are dropped."""
 
     higher_is_better = False
     description = "Mean relative error of the radially binned energy spectrum over shells"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
+        vel = getattr(ctx.task, "velocity_channels", None)
+        if vel is not None:  # e.g. HIT: the kinetic-energy spectrum, not the pressure's
+            samples, reference = samples[:, list(vel)], reference[:, list(vel)]
         return spectrum_error(samples, reference)
 
 

@@ -134,6 +134,9 @@ class Task(ABC):
     description: ClassVar[str] = ""
     #: benchmark key of this task in the paper's reported tables (leaderboard/reported)
     paper_benchmark: ClassVar[str | None] = None
+    #: channels that form a velocity vector (the ``spectrum`` metric's energy spectrum
+    #: uses only these); None = every channel
+    velocity_channels: ClassVar[tuple[int, ...] | None] = None
 
     def __init__(
         self,

@@ -6,6 +6,8 @@ from pcgbench.tasks import (  # noqa: F401
     burgers_ic,
     darcy,
     heat,
+    hit_forecasting,
+    hit_reconstruction,
     kf_generation,
     kf_reconstruction,
     kolmogorov,
