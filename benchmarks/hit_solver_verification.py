@@ -25,6 +25,7 @@ import torch
 from tabulate import tabulate
 
 from pcgbench.solvers.hit3d import HITConfig, HITSolver, random_solenoidal_field
+from pcgbench.tasks._hit import HITFlowParams
 
 
 def mesh(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -169,7 +170,7 @@ def main() -> None:
     ap.add_argument("--turnovers", type=int, default=None,
                     help="spin-up length in tau (default 24, --quick 6)")
     ap.add_argument("--frames", type=int, default=204)
-    ap.add_argument("--frame-dt", type=float, default=0.25)
+    ap.add_argument("--frame-dt", type=float, default=HITFlowParams().frame_dt)
     ap.add_argument("--spinup-tau", type=float, default=25.0, help="for the extrapolation")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=6100)
