@@ -178,3 +178,25 @@ class HITForecastingTask(HITTask):
         """The same grids and physics with a short spin-up and a few frames."""
         flow = dataclasses.replace(self.params.flow, spinup_turnovers=1.0, n_frames=8)
         return dataclasses.replace(self.params, flow=flow, n_train=2, n_val=1)
+
+
+def rollout(sample: Callable[[torch.Tensor, int, torch.Generator], torch.Tensor],
+            cond: torch.Tensor, steps: int, generator: torch.Generator,
+            history: int = 4) -> torch.Tensor:
+    """Chain one-frame forecasts for long-horizon statistics: starting from ``cond``
+    ``[B, 4 * history, n, n, n]`` (the ``history`` last frames, oldest first), call
+    ``sample(cond, B, generator)`` (a method's ``sample``) ``steps`` times, each time
+    dropping the oldest frame of the window and appending the forecast.  Returns the
+    forecasts ``[steps, B, 4, n, n, n]`` (NFE = steps x the method's NFE per call)."""
+    if steps < 1:
+        raise PcgError(f"rollout needs steps >= 1, got {steps}")
+    b, c = cond.shape[:2]
+    if c % history:
+        raise PcgError(f"rollout: {c} condition channels are not {history} frames")
+    per = c // history
+    window, out = cond, []
+    for _ in range(steps):
+        nxt = sample(window, b, generator)
+        out.append(nxt)
+        window = torch.cat([window[:, per:], nxt.to(window)], dim=1)
+    return torch.stack(out)

@@ -197,3 +197,24 @@ def test_turbulence_has_the_teardrop_and_a_gaussian_field_does_not(tmp_path):
     assert skew_t > other_t + 0.15, (skew_t, other_t)  # measured 0.706 vs 0.294
     assert abs(skew_g - other_g) < 0.1, (skew_g, other_g)
     assert plot_qr(qr_histogram(turb), tmp_path / "qr.png").stat().st_size > 1000
+
+
+def test_rollout_chains_forecasts_through_the_window(fc):
+    """With the exact one-frame map (a lookup of the true next frame), the rollout
+    reproduces the trajectory: each window drops its oldest frame and appends the
+    forecast."""
+    from pcgbench.tasks.hit_forecasting import rollout
+
+    frames = fc.frames()
+    flat = {tuple(frames[i].flatten()[:8].tolist()): i for i in range(len(frames))}
+
+    def oracle(cond, n, gen):  # the frame after the window's last one
+        last = cond[:, -4:]
+        return torch.stack([frames[flat[tuple(r.flatten()[:8].tolist())] + 1] for r in last])
+
+    start = torch.cat(list(frames[3:7]), dim=0).unsqueeze(0)  # frames 3..6
+    out = rollout(oracle, start, 5, torch.Generator())
+    assert out.shape == (5, 1, 4, 8, 8, 8)
+    assert torch.equal(out[:, 0], frames[7:12])
+    with pytest.raises(PcgError):
+        rollout(oracle, start, 0, torch.Generator())
