@@ -5,6 +5,7 @@ from pcgbench.tasks import (  # noqa: F401
     burgers_bc,
     burgers_ic,
     darcy,
+    dynamic_stall,
     heat,
     hit_forecasting,
     hit_reconstruction,
