@@ -14,4 +14,5 @@ from pcgbench.tasks import (  # noqa: F401
     kolmogorov,
     navier_stokes,
     reaction_diffusion_ic,
+    turbulence_mass_transfer,
 )
