@@ -134,6 +134,10 @@ class Task(ABC):
     description: ClassVar[str] = ""
     #: benchmark key of this task in the paper's reported tables (leaderboard/reported)
     paper_benchmark: ClassVar[str | None] = None
+    #: a registered variant that differs from the named task only in parameters (e.g.
+    #: ``hit_reconstruction_50`` of ``hit_reconstruction``): same code path, so the
+    #: method x task test matrix runs the base task only
+    variant_of: ClassVar[str | None] = None
     #: channels that form a velocity vector (the ``spectrum`` metric's energy spectrum
     #: uses only these); None = every channel
     velocity_channels: ClassVar[tuple[int, ...] | None] = None

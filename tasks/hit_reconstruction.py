@@ -246,6 +246,7 @@ class HITReconstruction50Task(HITReconstructionTask):
     """``hit_reconstruction`` with 50 % of the grid points missing."""
 
     missing_default = 0.5
+    variant_of = "hit_reconstruction"
     paper_benchmark = "hit_reconstruction_50"
     description = ("3-D forced homogeneous isotropic turbulence (u, v, w, p) from sparse "
                    "point observations, 50 % missing (own pseudo-spectral DNS)")
@@ -256,6 +257,7 @@ class HITReconstruction99Task(HITReconstructionTask):
     """``hit_reconstruction`` with 99 % of the grid points missing."""
 
     missing_default = 0.99
+    variant_of = "hit_reconstruction"
     paper_benchmark = "hit_reconstruction_99"
     description = ("3-D forced homogeneous isotropic turbulence (u, v, w, p) from sparse "
                    "point observations, 99 % missing (own pseudo-spectral DNS)")

@@ -218,3 +218,16 @@ def test_rollout_chains_forecasts_through_the_window(fc):
     assert torch.equal(out[:, 0], frames[7:12])
     with pytest.raises(PcgError):
         rollout(oracle, start, 0, torch.Generator())
+
+
+def test_registered_variants_subclass_their_base():
+    """``variant_of`` (which lets the method x task matrix skip a task) is only claimed by a
+    subclass of a registered task that overrides no method, only class constants."""
+    for name in TASKS.names():
+        cls = TASKS.get(name)
+        if cls.variant_of is None:
+            continue
+        base = TASKS.get(cls.variant_of)
+        assert issubclass(cls, base) and cls is not base
+        own = {k for k, v in vars(cls).items() if callable(v) and not k.startswith("__")}
+        assert not own, f"{name} overrides {own}"
