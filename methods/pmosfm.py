@@ -12,6 +12,10 @@ L_FM = ||u(P_s(r_s - m_s), s, s) - w||^2 / (2m) (Eq. diagonal-fm-loss) and the p
 endpoint loss L_PE = ||Psi(a) - sg Psi(b)||^2_{M_h} / (2 m delta (t - s))
 (Eq. physical-endpoint-loss), a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s + delta w).
 Sampling (Alg. 3): r1 = T^{0,1}(r0), x1 = Psi(r1) = chi(mu + C^-1 r1): one network call.
+The training loss is pluggable (``objective``, :mod:`pcgbench.methods.onestep`): the
+paper's one-step ablation trains the same map with MeanFlow, iMF, Shortcut, SoFlow,
+Drifting or W-Flow instead of Eq. pmosfm-loss ("native", the default, in
+:mod:`pcgbench.methods.onestep.native`).
 
 Choices where the paper is silent (all config fields, see ``PMosFMConfig``):
 - physical metric M_h: per-channel 1/std^2 of the training data (normalized units)
@@ -38,10 +42,9 @@ Choices where the paper is silent (all config fields, see ``PMosFMConfig``):
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 
@@ -49,7 +52,8 @@ from pcgbench.backbones import BackboneConfig, conditioned_backbone
 from pcgbench.charts.base import Chart, gauss_newton_encode
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods._flow import PRESET_BUDGET, bshape, preset_backbone
+from pcgbench.methods._flow import PRESET_BUDGET, preset_backbone
+from pcgbench.methods.onestep import OBJECTIVES
 from pcgbench.preconditioning import (
     Geometry,
     IdentityGeometry,
@@ -61,11 +65,8 @@ from pcgbench.task import FieldData, Task
 from pcgbench.timing import PhaseTimer
 from pcgbench.training import batch_indices, train_loop
 
-
-class Losses(NamedTuple):
-    fm: torch.Tensor
-    pe: torch.Tensor | None
-    spread: torch.Tensor | None
+if TYPE_CHECKING:
+    from pcgbench.methods.onestep.native import Losses
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,12 @@ class PMosFMConfig(MethodConfig):
     # iterative solver with a faster direct solve (Darcy: banded Cholesky instead of
     # 128 CG iterations, 2.4e-5 apart), "chart" = the decoder trained through
     sample_decode: Literal["exact", "chart"] = "exact"
+    # the training loss of the two-time map (pcgbench.methods.onestep.OBJECTIVES):
+    # "native" = Eq. pmosfm-loss above; meanflow | imf | shortcut | soflow | drifting |
+    # wflow swap in a published one-step objective on the same chart, C_c, P_s, backbone
+    # and one-step sampler (the paper's one-step ablation).  Only "native" reads gamma,
+    # endpoint_share, diagonal_share, delta_range, spread_*, loss_balance, grad_norm_every
+    objective: str = "native"
 
     @classmethod
     def for_preset(cls, preset: str) -> PMosFMConfig:
@@ -188,7 +195,9 @@ class PMosFM(Method):
         self._shells: torch.Tensor | None = None
         # [C, *rfft shape] per-mode RMS amplitude of the data in r ("spectral" source)
         self._src_symbol: torch.Tensor | None = None
-        self._spread_active = config.spread_weight > 0 and spec.cond_channels == 0
+        objective_cls = OBJECTIVES.get(config.objective)  # unknown -> did-you-mean error
+        self._spread_active = (config.spread_weight > 0 and spec.cond_channels == 0
+                               and objective_cls.spread_term)
         scale = config.source_scale
         if scale == "auto":
             scale = "spectral" if spec.cond_channels == 0 else "unit"
@@ -197,6 +206,8 @@ class PMosFM(Method):
         self.source_scale = scale
         self.info["source_scale"] = scale
         self.info["spread_term"] = self._spread_active
+        self.info["objective"] = config.objective
+        self.objective = objective_cls(self)
 
     @classmethod
     def nominal_nfe(cls, config):
@@ -294,74 +305,18 @@ class PMosFM(Method):
         return None
 
     # -- training ---------------------------------------------------------------------------
-    def _draw_times(self, b: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-        cfg = self.config
-        u = torch.rand(b, 2, generator=gen)
-        s, t = u.min(1).values, u.max(1).values
-        ends = torch.rand(b, generator=gen) < cfg.endpoint_share
-        s, t = torch.where(ends, 0.0, s), torch.where(ends, 1.0, t)
-        diag = torch.rand(b, generator=gen) < cfg.diagonal_share
-        t = torch.where(diag, s, t)
-        lo, hi = cfg.delta_range
-        frac = lo + (hi - lo) * torch.rand(b, generator=gen)
-        delta = frac * (t - s)
-        return s.to(self.device), t.to(self.device), delta.to(self.device)
+    def velocity(self, r: torch.Tensor, s: torch.Tensor, t: torch.Tensor,
+                 c: torch.Tensor | None) -> torch.Tensor:
+        """u_theta(P_s(r - m_s), s, t, c) of Eq. two-time-map, for r [B, *coord_shape]
+        and times s, t [B] (what every one-step objective trains)."""
+        z = self.whitening.apply(r, s, cond=self._whiten_cond(c))
+        return self.net(z, torch.stack([s, t], 1), c)
 
     def _losses(self, r1: torch.Tensor, c: torch.Tensor | None, gen: torch.Generator
                 ) -> Losses:
-        """Minibatch (l_FM, l_PE, l_spread) of Alg. 2 for training coordinates ``r1``
-        [B, *coord_shape] (Eqs. diagonal-fm-loss, physical-endpoint-loss); l_PE is None when
-        it has zero weight (gamma = 1) or no draw has t > s; l_spread is None unless
-        ``spread_weight`` > 0 and >= 4 draws are (0, 1).  Draws r0, then (s, t, delta),
-        from ``gen``."""
-        cfg = self.config
-        m = self.chart.coord_dim
-        nd = r1.ndim
-        wcb = self._whiten_cond(c)
-        b = len(r1)
-        r0 = torch.randn(r1.shape, generator=gen).to(self.device)
-        s, t, delta = self._draw_times(b, gen)
-        w = r1 - r0
-        rs = (1 - bshape(s, nd)) * r0 + bshape(s, nd) * r1
-        z = self.whitening.apply(rs, s, cond=wcb)
-        # one batched forward for the diagonal (s, s) and the endpoint (s, t) branch
-        times = torch.cat([torch.stack([s, s], 1), torch.stack([s, t], 1)])
-        cc = None if c is None else torch.cat([c, c])
-        out = self.net(torch.cat([z, z]), times, cc)
-        u_diag, u_st = out[:b], out[b:]
-        l_fm = (u_diag - w).pow(2).flatten(1).sum(1).mean() / (2 * m)
-        l_spread = None
-        ends = (s == 0) & (t == 1)
-        if self._spread_active and int(ends.sum()) >= 4:
-            # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
-            # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
-            one_step = self._unscaled((r0 + u_st)[ends])
-            if self._shell_power_data is not None:
-                log_p = (shell_power(one_step, self._shells) + 1e-12).log()
-                l_spread = (log_p - (self._shell_power_data + 1e-12).log()).pow(2).mean()
-            else:
-                spread = one_step.flatten(1).var(0, unbiased=True).mean().sqrt()
-                l_spread = (spread / self.info["r_spread"] - 1).pow(2)
-        keep = t > s
-        if cfg.gamma >= 1.0 or not bool(keep.any()):
-            return Losses(l_fm, None, l_spread)
-        a = rs + bshape(t - s, nd) * u_st
-        with torch.no_grad():
-            s2 = s + delta
-            r2 = rs + bshape(delta, nd) * w
-            z2 = self.whitening.apply(r2, s2, cond=wcb)
-            bb = r2 + bshape(t - s2, nd) * self.net(z2, torch.stack([s2, t], 1), c)
-        # decode both endpoints in one batched call (solver decoders are dominated by
-        # per-step overhead, not batch size); the b half is detached: sg[Psi(b)]
-        k = int(keep.sum())
-        ck = None if c is None else c[keep]
-        both = self.decode_r(torch.cat([a[keep], bb[keep]]),
-                             None if ck is None else torch.cat([ck, ck]))
-        xa, xb = both[:k], both[k:].detach()
-        wts = self.chart.metric_w
-        sq = ((xa - xb).pow(2) * wts).flatten(1).sum(1)
-        l_pe = (sq / (2 * m * delta[keep] * (t - s)[keep])).mean()
-        return Losses(l_fm, l_pe, l_spread)
+        """The native objective's minibatch (l_FM, l_PE, l_spread), see
+        :meth:`pcgbench.methods.onestep.native.NativeObjective.losses`."""
+        return self.objective.losses(r1, c, gen)
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         cfg = self.config
@@ -407,56 +362,23 @@ class PMosFM(Method):
         cond_dev = None if cond_all is None else cond_all.to(self.device)
         gen = torch.Generator().manual_seed(self.context.seed)
 
-        params = [p for p in self.net.parameters() if p.requires_grad]
-        resumable: dict = {"norms": {"fm": [], "pe": []}, "running": {}}
-        norms: dict[str, list[float]] = resumable["norms"]
-        running: dict[str, torch.Tensor] = resumable["running"]
-
-        def balanced(key: str, term: torch.Tensor) -> torch.Tensor:
-            """term / (running mean of its value): the "ema" balance (beta = 0.98)."""
-            v = term.detach()
-            running[key] = v if key not in running else 0.98 * running[key] + 0.02 * v
-            return term / running[key].clamp_min(1e-12)
-
-
-        def grad_norm(term: torch.Tensor) -> float:
-            grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
-            return float(torch.sqrt(sum(g.pow(2).sum() for g in grads if g is not None)))
+        self.objective.begin_fit([p for p in self.net.parameters() if p.requires_grad])
 
         def loss(step: int) -> torch.Tensor:
             idx = batch_indices(len(r1_all), cfg.batch_size, gen).to(self.device)
             c = None if cond_dev is None else cond_dev[idx]
-            l_fm, l_pe, l_spread = self._losses(r1_all[idx], c, gen)
-            if cfg.grad_norm_every and step % cfg.grad_norm_every == 0:
-                # the two weighted terms' gradient norms before the shared clip: whether
-                # one term drowns the other (issue 14: L_PE 1.3-9.7 vs L_FM 0.015-0.45)
-                norms["fm"].append(grad_norm(cfg.gamma * l_fm))
-                if l_pe is not None:
-                    norms["pe"].append(grad_norm((1 - cfg.gamma) * l_pe))
-            terms = [cfg.gamma * l_fm if cfg.gamma < 1.0 else l_fm]
-            if l_pe is not None:  # None: gamma = 1, or no draw with t > s in this batch
-                terms.append((1 - cfg.gamma) * l_pe)
-            if cfg.loss_balance == "ema":
-                terms = [balanced(k, t) for k, t in zip(("fm", "pe"), terms, strict=False)]
-            if l_spread is not None:
-                terms.append(cfg.spread_weight * l_spread)
-            if cfg.loss_balance == "clip":
-                return clipped_sum(terms, params)
-            return sum(terms[1:], terms[0])
+            return self.objective.loss(r1_all[idx], c, gen, step)
 
         self.net.train()
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
                            device=self.device, progress=progress, desc=f"fit {self.name}",
-                           resume=self.resume_point([gen], values=resumable))
+                           resume=self.resume_point([gen], values=self.objective.resumable()))
         self.net.eval()
         self.info["onestep_spread_ratio"] = self._onestep_spread_ratio(r1_all, cond_dev, gen)
         stats.extra["onestep_spread_ratio"] = self.info["onestep_spread_ratio"]
         stats.extra["calibration_seconds"] = self.info["calibration_seconds"]
         stats.extra["r_spread"] = self.info["r_spread"]
-        for k, v in norms.items():
-            if v:
-                stats.extra[f"grad_norm_{k}_median"] = statistics.median(v)
-                stats.extra[f"grad_norm_{k}_first_last"] = [v[0], v[-1]]
+        stats.extra.update(self.objective.fit_extras())
         return stats
 
     @torch.no_grad()

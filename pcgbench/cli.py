@@ -76,10 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", default=None, metavar="NAME",
                    help="label this run as a named variant column (leaderboard --variants)")
 
-    p = sub.add_parser("list", help="list tasks, methods, metrics, presets, studies")
+    p = sub.add_parser("list", help="list tasks, methods, metrics, presets, studies, "
+                       "objectives")
     _add_common(p)
     p.add_argument("what", nargs="?", default="all",
-                   choices=["all", "tasks", "methods", "metrics", "presets", "studies"])
+                   choices=["all", "tasks", "methods", "metrics", "presets", "studies",
+                            "objectives"])
 
     p = sub.add_parser("leaderboard", help="paper-style tables from all recorded runs")
     _add_common(p)
@@ -91,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", default=None, choices=["constrained_pde"],
                    help="one table of a task suite in the paper's layout (rows dataset x "
                    "metric, columns methods)")
+    p.add_argument("--ablation", default=None, choices=["one_step"],
+                   help="an ablation table in the paper's layout: one_step = benchmarks x "
+                   "PMosFM one-step objectives (--set objective=...), energy distance")
     p.add_argument("--rows", nargs="+", default=None, metavar="ROW",
                    help="only these rows, in this order: metric names or nfe, time, train, "
                    "memory, params (e.g. --rows re wd js nfe time)")
@@ -178,6 +183,8 @@ def _one_line(obj_doc: str | None) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
+    from pcgbench.methods.onestep import OBJECTIVES
+
     def safe(describe, name: str) -> str:
         # one broken third-party entry (a plugin that fails to import) must not break the
         # listing of everything else
@@ -207,6 +214,9 @@ def cmd_list(args: argparse.Namespace) -> None:
         "presets": list(PRESETS.items()),
         "studies": [(n, safe(lambda k: _one_line(STUDIES.get(k).__doc__), n))
                     for n in STUDIES.names()],
+        # PMosFM's one-step objectives (--method pmosfm --set objective=NAME)
+        "objectives": [(n, safe(lambda k: _one_line(OBJECTIVES.get(k).__doc__), n))
+                       for n in OBJECTIVES.names()],
     }
     for section, items in sections.items():
         if args.what not in ("all", section):
@@ -283,6 +293,15 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
     for m in args.methods or ():
         if m != "data":
             METHODS.get(m.split("[", 1)[0])  # unknown method -> did-you-mean error
+    if args.ablation is not None:
+        from pcgbench.leaderboard.ablation import render_ablation
+
+        if args.task is not None or args.suite is not None or args.rows or args.methods:
+            raise PcgError("--ablation is its own table: --task/--suite/--rows/--methods "
+                           "do not apply")
+        print(render_ablation(load_records(root), args.ablation, args.format, args.preset,
+                              reported=not args.no_reported))
+        return
     if args.suite is not None:
         from pcgbench.leaderboard.suite import render_suite
 
@@ -493,7 +512,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for task in sorted(swept):
         cmd_leaderboard(argparse.Namespace(
             results=str(root), task=task, preset=args.preset, format="md", no_reported=False,
-            suite=None, rows=None, methods=None, variants=False))
+            suite=None, rows=None, methods=None, variants=False, ablation=None))
     return int(any(r["status"] not in ("ok",) for r in results if r["stage"] != "data")
                or any(r["status"] == "error" for r in results))
 

@@ -43,6 +43,7 @@ def burgers(tmp_path_factory):
 @pytest.mark.parametrize("name,changes", [
     ("fm_ot", {}), ("ffm", {}), ("pidm", {}),
     ("pmosfm", {"chart": "mass", "loss_balance": "ema", "grad_norm_every": 5}),
+    ("pmosfm", {"chart": "mass", "objective": "drifting"}),  # a pluggable objective
 ])
 def test_killed_fit_resumes_to_the_uninterrupted_weights(burgers, tmp_path, monkeypatch,
                                                          name, changes):

@@ -1,0 +1,224 @@
+"""Ablation tables in the paper's layout (``pcgbench leaderboard --ablation NAME``).
+
+``one_step`` reproduces the paper's "One-step-core ablation within PMosFM" table (Sec.
+"Ablation study"): rows benchmarks, columns PMosFM's one-step objectives in the paper's
+order (MeanFlow, iMF, W-Flow, Drifting, SoFlow, Shortcut, native), cells our measured
+``energy`` (mean ± std over seeds) of the ``pmosfm`` runs with ``--set objective=X``
+(``native`` = the default column), lowest per row in bold.  Runs that change anything
+else as well (e.g. ``--set iterations=3``) form their own table, titled by that change.
+The paper's reported values follow as a separate, labelled table.  Our ``energy`` is the
+squared energy distance of flattened fields in normalized units (:mod:`pcgbench.metrics.
+moments`); the paper does not define its ED further, so compare orderings, not values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pandas as pd
+from tabulate import tabulate
+
+from pcgbench.errors import PcgError
+from pcgbench.leaderboard.reported import reported_csv
+from pcgbench.leaderboard.tables import _fmt, booktabs, is_ok, latex_escape
+
+
+@dataclass(frozen=True)
+class AblationLayout:
+    """One ablation table: the method (and its name in the paper) and the config field
+    it varies (and that field's default), the metric shown, the benchmarks (our task,
+    the paper's row name, the reported CSV's benchmark) in row order, the field's values
+    in column order, and the reported CSV (stem, value column)."""
+
+    method: str
+    method_label: str
+    field: str
+    default: str
+    metric: str
+    benchmarks: tuple[tuple[str, str, str], ...]
+    values: tuple[str, ...]
+    reported: tuple[str, str]
+
+
+def _one_step() -> AblationLayout:
+    from pcgbench.methods.onestep import PAPER_ORDER
+
+    return AblationLayout(
+        method="pmosfm", method_label="PMosFM", field="objective", default="native",
+        metric="energy",
+        benchmarks=(("burgers", "Burgers", "burgers"),
+                    ("dynamic_stall", "Dynamic Stall", "dynamic_stall"),
+                    ("darcy", "Darcy Flow", "darcy"),
+                    ("kf_reconstruction", "KF Reconstruction", "kf_reconstruction"),
+                    ("kf_generation", "KF Generation", "kf_generation"),
+                    ("hit_reconstruction", "Turbulence Reconstruction", "hit_reconstruction"),
+                    ("hit_forecasting", "Turbulence Forecasting", "hit_forecasting")),
+        values=PAPER_ORDER, reported=("one_step_ablation_energy_distance", "energy_distance"))
+
+
+ABLATIONS = {"one_step": _one_step}
+
+
+def ablation_layout(name: str) -> AblationLayout:
+    if name not in ABLATIONS:
+        raise PcgError(f"unknown ablation {name!r}; available: {', '.join(ABLATIONS)}")
+    return ABLATIONS[name]()
+
+
+def column_label(value: str) -> str:
+    """The paper's column name of an objective (its ``paper_label``)."""
+    from pcgbench.methods.onestep import OBJECTIVES
+
+    if value in OBJECTIVES:
+        return OBJECTIVES.get(value).paper_label
+    return {"wflow": "W-Flow"}.get(value, value)  # unregistered: the paper's column only
+
+
+_ITEM = re.compile(r",(?=[A-Za-z_][\w.]*=)")  # "a=1,b=[0.1, 0.2]" -> "a=1", "b=[0.1, 0.2]"
+
+
+def other_changes(record: dict, layout: AblationLayout) -> str | None:
+    """The record's variant label without the ablated field (None: only that field
+    differs from the default config)."""
+    variant = record.get("variant")
+    if not variant:
+        return None
+    rest = [i for i in _ITEM.split(variant) if not i.startswith(f"{layout.field}=")]
+    return ",".join(rest) or None
+
+
+def collect(records: list[dict], layout: AblationLayout, preset: str | None = None
+            ) -> dict[tuple[str, str | None], dict[tuple[str, str], list[float]]]:
+    """{(preset, other changes): {(task, value): [metric per seed]}} of the layout's
+    method, ok runs only, latest record per seed."""
+    tasks = {t for t, _, _ in layout.benchmarks}
+    latest: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for r in records:
+        if (r.get("method") != layout.method or r.get("task") not in tasks or not is_ok(r)
+                or (preset is not None and r.get("preset") != preset)):
+            continue
+        value = str((r.get("config") or {}).get(layout.field, layout.default))
+        key = (r.get("preset", "?"), other_changes(r, layout), r["task"], value)
+        seed = r.get("seed", 0)
+        old = latest[key].get(seed)
+        if old is None or r.get("finished", "") >= old.get("finished", ""):
+            latest[key][seed] = r
+    out: dict[tuple[str, str | None], dict[tuple[str, str], list[float]]] = defaultdict(dict)
+    for (p, rest, task, value), by_seed in latest.items():
+        vals = [float(v) for v in ((rec.get("metrics") or {}).get(layout.metric)
+                                   for rec in by_seed.values())
+                if isinstance(v, int | float) and math.isfinite(v)]
+        if vals:
+            out[(p, rest)][(task, value)] = vals
+    return out
+
+
+def _columns(cells: dict[tuple[str, str], list[float]], layout: AblationLayout) -> list[str]:
+    seen = {v for _, v in cells}
+    return [v for v in layout.values if v in seen] + sorted(seen - set(layout.values))
+
+
+def _cell(vals: list[float], fmt: str) -> str:
+    s = _fmt(statistics.fmean(vals))
+    if len(vals) > 1:
+        s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(statistics.stdev(vals))
+        s += f" (n={len(vals)})"
+    return s
+
+
+def _measured_rows(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
+                   columns: list[str], fmt: str) -> list[list[str]]:
+    bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
+    rows = []
+    for task, name, _ in layout.benchmarks:
+        means = {v: statistics.fmean(cells[(task, v)]) for v in columns if (task, v) in cells}
+        if not means:
+            continue
+        best = min(means, key=means.get) if len(means) > 1 else None
+        rows.append([name] + [("–" if v not in means else
+                               bold(_cell(cells[(task, v)], fmt)) if v == best
+                               else _cell(cells[(task, v)], fmt)) for v in columns])
+    return rows
+
+
+def reported_frame(layout: AblationLayout) -> pd.DataFrame:
+    """Benchmark rows x objective columns of the paper's transcribed table."""
+    stem, column = layout.reported
+    df = reported_csv(stem)
+    labels = {f"{layout.method_label}-{column_label(v)}": v for v in layout.values}
+    df = df.assign(value=df["variant"].map(labels))
+    table = df.pivot_table(index="benchmark", columns="value", values=column,
+                           aggfunc="first")
+    rows = [b for _, _, b in layout.benchmarks if b in table.index]
+    return table.loc[rows, [v for v in layout.values if v in table.columns]]
+
+
+def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None) -> str:
+    names = {t: n for t, n, _ in layout.benchmarks}
+    long = []
+    for (p, rest), cells in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        for (task, value), vals in sorted(cells.items()):
+            long.append({"preset": p, "other_changes": rest or "", "benchmark": names[task],
+                         "variant": column_label(value), "metric": layout.metric,
+                         "mean": statistics.fmean(vals),
+                         "std": statistics.stdev(vals) if len(vals) > 1 else float("nan"),
+                         "seeds": len(vals), "source": "measured"})
+    if reported is not None:
+        bench = {b: n for _, n, b in layout.benchmarks}
+        for b in reported.index:
+            for v in reported.columns:
+                long.append({"preset": "", "other_changes": "", "benchmark": bench[b],
+                             "variant": column_label(v), "metric": "energy distance",
+                             "mean": reported.loc[b, v], "std": float("nan"), "seeds": 0,
+                             "source": "paper (reported)"})
+    return pd.DataFrame(long).to_csv(index=False)
+
+
+def render_ablation(records: list[dict], name: str, fmt: str = "md",
+                    preset: str | None = None, reported: bool = True) -> str:
+    """The ablation table(s) (one per preset and set of other changes) as markdown
+    ('md'), LaTeX ('latex') or CSV ('csv'), then the paper's reported values."""
+    layout = ablation_layout(name)
+    groups = collect(records, layout, preset)
+    if not groups:
+        raise PcgError(f"no ok {layout.method} run records with metric {layout.metric!r} "
+                       f"for ablation {name!r}" + (f" at preset {preset!r}" if preset else "")
+                       + f" (tasks: {', '.join(t for t, _, _ in layout.benchmarks)}); run "
+                       f"`pcgbench run --method {layout.method} --set "
+                       f"{layout.field}=...` first")
+    rep = reported_frame(layout) if reported else None
+    if fmt == "csv":
+        return _csv(groups, layout, rep)
+    tablefmt = "pipe" if fmt == "md" else "latex_raw"
+    esc = latex_escape if fmt == "latex" else (lambda t: t)
+    out = []
+    for (p, rest), cells in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        columns = _columns(cells, layout)
+        title = (f"## ablation {name}: {layout.metric} (preset {p}"
+                 + (f", also {rest}" if rest else "") + ")")
+        table = tabulate(_measured_rows(cells, layout, columns, fmt),
+                         headers=[esc(h) for h in ["benchmark"] + [
+                             f"{layout.method_label}-{column_label(v)}" for v in columns]],
+                         tablefmt=tablefmt, disable_numparse=True)
+        out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
+                   + (booktabs(table) if fmt == "latex" else table))
+    if rep is not None:
+        names = {b: n for _, n, b in layout.benchmarks}
+        title = ("Reported in the paper (energy distance; authors' data and GPU; not "
+                 "measured here):")
+        bold = (lambda x: f"**{x}**") if fmt == "md" else (lambda x: f"\\textbf{{{x}}}")
+        rows = []
+        for b in rep.index:  # values as transcribed; the row's lowest in bold, as printed
+            best = rep.loc[b].idxmin()
+            rows.append([names[b]] + [bold(f"{rep.loc[b, v]:.6g}") if v == best
+                                      else f"{rep.loc[b, v]:.6g}" for v in rep.columns])
+        table = tabulate(rows, headers=[esc(h) for h in ["benchmark"] + [
+            f"paper: {layout.method_label}-{column_label(v)}" for v in rep.columns]],
+            tablefmt=tablefmt, disable_numparse=True)
+        out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
+                   + (booktabs(table) if fmt == "latex" else table))
+    return "\n\n".join(out)

@@ -1,0 +1,190 @@
+"""The one-step objective interface of PMosFM and the pieces its objectives share.
+
+An objective is only the training loss of PMosFM's two-time map
+T^{s,t}(r) = r + (t - s) u_theta(P_s(r - m_s), s, t, c) (paper Eq. two-time-map): the
+chart, C_c, P_s, the backbone and the one-step sampler r1 = T^{0,1}(r0) stay PMosFM's,
+so the paper's one-step ablation swaps this class alone (``--set objective=NAME``).
+
+Our convention: source r0 ~ N(0, I) at time 0, data r1 at time 1 (preconditioned
+coordinates r), linear path r_s = (1 - s) r0 + s r1 with conditional velocity
+v = r1 - r0.  u(r_s, s, t) is the average velocity from s to t,
+(t - s) u(r_s, s, t) = int_s^t v(r_tau, tau) dtau, so u(r, s, s) = v(r, s) is the
+instantaneous velocity.  Most originals put noise at time 1 (z_t = (1 - t) x + t e,
+v_theirs = e - x): then t_ours = 1 - t_theirs, v_ours = -v_theirs, u_ours = -u_theirs,
+and their pair (r < t) is our (s, t) = (1 - t_theirs, 1 - r_theirs).  Each objective's
+docstring states its conversion.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+from pcgbench.methods._flow import bshape
+
+
+class FlowMapHost(Protocol):
+    """What an objective needs of PMosFM (tests pass a closed-form stand-in)."""
+
+    device: torch.device
+
+    def velocity(self, r: Tensor, s: Tensor, t: Tensor, c: Tensor | None) -> Tensor:
+        """u_theta(P_s(r - m_s), s, t, c) for r [B, *coord_shape], s and t [B]."""
+        ...
+
+
+class OneStepObjective(ABC):
+    """The minibatch loss of one PMosFM update.  Subclasses register in
+    :data:`pcgbench.methods.onestep.OBJECTIVES` and override one or two formulas."""
+
+    name: ClassVar[str] = ""  # set by the registry
+    #: the paper's column name (its table says ``PMosFM-<paper_label>``)
+    paper_label: ClassVar[str] = ""
+    #: whether PMosFM's spread-matching term (not in the paper) applies: it is measured
+    #: on the native core's (0, 1) draws, so only the native objective has it
+    spread_term: ClassVar[bool] = False
+    #: the objective needs the whole PMosFM (chart decode, metric), not only a velocity
+    needs_chart: ClassVar[bool] = False
+
+    def __init__(self, host: FlowMapHost):
+        self.host = host
+
+    @abstractmethod
+    def loss(self, r1: Tensor, c: Tensor | None, gen: torch.Generator, step: int) -> Tensor:
+        """The loss of update ``step`` for training coordinates ``r1`` [B, *coord_shape]
+        and their conditions ``c``; every random draw comes from ``gen`` (on the CPU)."""
+
+    def begin_fit(self, params: list[torch.nn.Parameter]) -> None:  # noqa: B027 - optional hook
+        """Called once before the first update (diagnostics that need the parameters)."""
+
+    def resumable(self) -> dict[str, Any]:
+        """Running values a resumed fit must restore (kept by identity, restored in
+        place by ``train_loop``)."""
+        return {}
+
+    def fit_extras(self) -> dict[str, Any]:
+        """Diagnostics for the record's training block."""
+        return {}
+
+
+@dataclass(frozen=True)
+class PathBatch:
+    """One minibatch on the linear path: r_s = (1 - s) r0 + s r1, v = r1 - r0."""
+
+    r0: Tensor
+    r1: Tensor
+    rs: Tensor
+    v: Tensor
+    s: Tensor
+    t: Tensor
+    c: Tensor | None
+
+    def at(self, tau: Tensor) -> Tensor:
+        """A per-sample scalar [B] shaped to broadcast against the coordinates."""
+        return bshape(tau, self.rs.ndim)
+
+
+class PathObjective(OneStepObjective):
+    """Objectives trained on the linear path (MeanFlow, iMF, Shortcut, SoFlow): draw
+    r0 from the source, then times (:meth:`draw_times`), then the loss (:meth:`path_loss`)."""
+
+    @abstractmethod
+    def draw_times(self, b: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """(s, t) [B] with s <= t, on the CPU."""
+
+    @abstractmethod
+    def path_loss(self, batch: PathBatch, gen: torch.Generator) -> Tensor:
+        """The loss of one path minibatch."""
+
+    def loss(self, r1: Tensor, c: Tensor | None, gen: torch.Generator, step: int) -> Tensor:
+        dev = r1.device
+        r0 = torch.randn(r1.shape, generator=gen).to(dev)
+        s, t = (x.to(dev) for x in self.draw_times(len(r1), gen))
+        sb = bshape(s, r1.ndim)
+        rs = (1 - sb) * r0 + sb * r1
+        return self.path_loss(PathBatch(r0, r1, rs, r1 - r0, s, t, c), gen)
+
+
+class GeneratorObjective(OneStepObjective):
+    """Objectives on the one-step generator x = T^{0,1}(r0) alone (Drifting, W-Flow):
+    loss mean ||x - sg(x + V(x))||^2 with a drift field V computed without gradient."""
+
+    @abstractmethod
+    def field(self, x: Tensor, data: Tensor, c: Tensor | None, gen: torch.Generator
+              ) -> Tensor:
+        """V at the generated batch ``x`` given the data batch (same conditions ``c``)."""
+
+    def loss(self, r1: Tensor, c: Tensor | None, gen: torch.Generator, step: int) -> Tensor:
+        r0 = torch.randn(r1.shape, generator=gen).to(r1.device)
+        x = one_step(self.host, r0, c)
+        with torch.no_grad():
+            drift = self.field(x.detach(), r1, c, gen)
+        return per_sample_mse(x - (x.detach() + drift)).mean()
+
+
+# -- shared formulas ------------------------------------------------------------------
+def one_step(host: FlowMapHost, r0: Tensor, c: Tensor | None) -> Tensor:
+    """T^{0,1}(r0) = r0 + u(r0, 0, 1): PMosFM's one-step sampler (Alg. 3)."""
+    s = torch.zeros(len(r0), device=r0.device)
+    return r0 + host.velocity(r0, s, torch.ones_like(s), c)
+
+
+def velocity_jvp(host: FlowMapHost, r: Tensor, s: Tensor, t: Tensor, c: Tensor | None,
+                 tangent: Tensor) -> tuple[Tensor, Tensor]:
+    """(u(r, s, t), du/ds) with du/ds = tangent . d_r u + d_s u, the derivative of u
+    along a trajectory that moves with velocity ``tangent`` at fixed end time t (the
+    JVP along (tangent, 1, 0) in (r, s, t), by forward-mode ``torch.func.jvp``).  The
+    first output keeps its graph to the parameters."""
+
+    def u(r_: Tensor, s_: Tensor, t_: Tensor) -> Tensor:
+        return host.velocity(r_, s_, t_, c)
+
+    return torch.func.jvp(u, (r, s, t), (tangent, torch.ones_like(s), torch.zeros_like(t)))
+
+
+def per_sample_mse(err: Tensor) -> Tensor:
+    """Mean over coordinates of err^2, one value per sample [B]."""
+    return err.pow(2).flatten(1).mean(1)
+
+
+def adaptive_mse(err: Tensor, p: float = 1.0, eps: float = 1e-3) -> Tensor:
+    """MeanFlow's adaptively weighted loss: mean_i sg(w_i) l_i with l_i the per-sample
+    mean squared error and w_i = 1 / (l_i + eps)^p (MeanFlow, "adaptive loss
+    weighting"; the original sums over coordinates, we average so eps keeps its meaning
+    at every field size)."""
+    l_i = per_sample_mse(err)
+    return ((l_i.detach() + eps).pow(-p) * l_i).mean()
+
+
+def sorted_uniform_pair(b: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """(s, t): a sorted pair of uniforms on [0, 1] (uniform on the triangle s <= t)."""
+    u = torch.rand(b, 2, generator=gen)
+    return u.min(1).values, u.max(1).values
+
+
+def sorted_logit_normal_pair(b: int, gen: torch.Generator, mean: float, std: float
+                             ) -> tuple[Tensor, Tensor]:
+    """(s, t): a sorted pair of logit-normal times sigmoid(N(mean, std^2))."""
+    u = torch.sigmoid(mean + std * torch.randn(b, 2, generator=gen))
+    return u.min(1).values, u.max(1).values
+
+
+def collapse_to_diagonal(s: Tensor, t: Tensor, share: float, gen: torch.Generator
+                         ) -> tuple[Tensor, Tensor]:
+    """Set t = s on a random ``share`` of the draws (instantaneous-velocity targets)."""
+    diag = torch.rand(len(s), generator=gen) < share
+    return s, torch.where(diag, s, t)
+
+
+def kernel_points(r: Tensor, c: Tensor | None) -> Tensor:
+    """The points a batch kernel compares: flattened r, joined by the flattened
+    condition where there is one, so that a generated sample is matched to data of
+    similar conditions (the joint law of (r, c) is the target; the conditions of the
+    generated batch are those of the data batch)."""
+    flat = r.flatten(1)
+    return flat if c is None else torch.cat([flat, c.flatten(1).to(flat)], 1)
+

@@ -1,0 +1,256 @@
+"""PMosFM's pluggable one-step objectives: each one's exact map is a fixed point of its
+loss on a closed-form Gaussian case, every objective trains and samples with NFE 1
+through the CLI, the default reproduces PMosFM's training bit for bit, and the ablation
+table has the paper's layout."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from conftest import read_records
+
+from pcgbench.cli import main
+from pcgbench.errors import UnknownNameError
+from pcgbench.methods.onestep import OBJECTIVES, PAPER_ORDER, UNREGISTERED
+from pcgbench.methods.onestep.base import PathBatch, velocity_jvp
+from pcgbench.methods.pmosfm import PMosFM, PMosFMConfig
+from pcgbench.tasks.burgers import BurgersTask
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return BurgersTask("smoke", data_dir=tmp_path_factory.mktemp("data"), progress=False)
+
+
+class ExactGaussianFlow(torch.nn.Module):
+    """The exact two-time velocity for r0 ~ N(0, I), r1 ~ N(mu, diag sigma^2) on the
+    linear path: marginals N(s mu, sigma_s^2), sigma_s^2 = (1 - s)^2 + s^2 sigma^2, flow
+    map T^{s,t}(r) = t mu + (sigma_t / sigma_s)(r - s mu), so
+    u(r, s, t) = mu + (sigma_t - sigma_s)/(t - s) (r - s mu)/sigma_s with
+    (sigma_t - sigma_s)/(t - s) = ((1 + sigma^2)(t + s) - 2)/(sigma_t + sigma_s), smooth
+    at t = s (where u is the instantaneous velocity).  ``alpha`` scales the r-dependent
+    part (alpha = 1: exact) and is the one parameter a loss's gradient is taken in."""
+
+    def __init__(self, mu: torch.Tensor, sigma: torch.Tensor):
+        super().__init__()
+        self.mu, self.sigma = mu, sigma
+        self.alpha = torch.nn.Parameter(torch.tensor(1.0, dtype=torch.float64))
+
+    def _sig(self, tau: torch.Tensor) -> torch.Tensor:
+        return ((1 - tau) ** 2 + tau**2 * self.sigma**2).sqrt()
+
+    def forward(self, z, times, cond=None):
+        s, t = (times[:, i].reshape(-1, *[1] * (z.ndim - 1)) for i in (0, 1))
+        rate = ((1 + self.sigma**2) * (t + s) - 2) / (self._sig(t) + self._sig(s))
+        return self.mu + self.alpha * rate * (z - s * self.mu) / self._sig(s)
+
+
+class GaussianHost:
+    """The objectives' view of PMosFM (``FlowMapHost``) with the exact network, C = P = I."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, net: ExactGaussianFlow):
+        self.net = net
+
+    def velocity(self, r, s, t, c):
+        return self.net(r, torch.stack([s, t], 1), c)
+
+
+def _native_host(task, net: ExactGaussianFlow) -> PMosFM:
+    cfg = PMosFMConfig.for_preset("smoke").replace(whitening="none", geometry="none",
+                                                   chart="mass", spread_weight=0.0)
+    m = PMosFM(task, cfg)
+    m.net = net
+    return m
+
+
+#: |alpha* - 1| allowed.  The targets of native L_PE, T^{s+delta,t}(r_s + delta w), and of
+#: SoFlow, T^{l,t}(r_s + (l - s) v), average over the random conditional velocity, so
+#: their fixed point is the exact map only up to O(delta) (Eq. app-semigradient-limit):
+#: measured alpha* = 0.92-0.94 for native at sigma = 2 (docs/protocols.md: the fixed
+#: point keeps 0.96 of the amplitude at sigma = 1, 0.92 at sigma = 3), 0.96 for SoFlow
+#: at (l - s)/(t - s) = 0.1.  Drifting and W-Flow fields are batch estimates (noisier)
+TOLERANCE = {"native": 0.1, "soflow": 0.07, "drifting": 0.06, "wflow": 0.08}
+#: the rest (MeanFlow, iMF, Shortcut) are unbiased; 0.02 is ~4 standard errors and fails
+#: a MeanFlow or iMF target with the original's (unconverted) sign of (t - s) du/ds
+
+
+def _objective_class(name: str):
+    """A registered objective, or the deliberately unregistered W-Flow reading."""
+    if name in OBJECTIVES:
+        return OBJECTIVES.get(name)
+    module, _, attr = UNREGISTERED[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@pytest.mark.parametrize("name", [*OBJECTIVES.names(), *UNREGISTERED])
+def test_the_exact_map_is_a_fixed_point_of_the_objective(task, name):
+    """On r1 ~ N(mu, sigma^2) with the exact two-time velocity, the loss's gradient in
+    the velocity scale alpha (targets under stop-gradient, as in training) vanishes at
+    alpha = 1 and points back to it from 0.8 and 1.2: the exact map is where each
+    objective's (semi-)gradient training stops, whether its minimum is zero
+    (self-consistency targets) or the conditional variance (targets with v = r1 - r0)."""
+    cls = _objective_class(name)
+    torch.set_default_dtype(torch.float64)
+    try:
+        if cls.needs_chart:
+            net = ExactGaussianFlow(torch.tensor(0.5), torch.tensor(2.0))
+            host = _native_host(task, net)
+            shape, batches, b = host.chart.coord_shape, 1, 1024
+        else:
+            net = ExactGaussianFlow(torch.tensor([1.0, -0.5]), torch.tensor([2.0, 0.5]))
+            host = GaussianHost(net)
+            kernel = name in ("drifting", "wflow")
+            shape, batches, b = (2,), 4, (1024 if kernel else 32768)
+        objective = cls(host)
+        objective.begin_fit([net.alpha])
+        grads = []
+        for alpha in (0.8, 1.0, 1.2):  # the same draws at every alpha
+            net.alpha.data.fill_(alpha)
+            net.alpha.grad = None
+            for k in range(batches):
+                gen = torch.Generator().manual_seed(k)
+                r1 = net.mu + net.sigma * torch.randn(b, *shape, generator=gen)
+                objective.loss(r1, None, gen, step=1).backward()
+            grads.append(float(net.alpha.grad))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    lo, mid, hi = grads
+    assert lo < 0 < hi, f"{name}: gradient does not point back to the exact map: {grads}"
+    root = 1.0 - mid * 0.4 / (hi - lo)
+    assert abs(root - 1.0) < TOLERANCE.get(name, 0.02), f"{name}: fixed point {root:.4f}"
+
+
+@pytest.mark.parametrize("name", ["meanflow", "imf", "shortcut", "soflow"])
+def test_path_losses_vanish_at_the_exact_map_given_the_marginal_velocity(name):
+    """With the conditional velocity r1 - r0 replaced by the exact marginal velocity
+    v(r_s, s) = u(r_s, s, s), MeanFlow's and iMF's targets are identities of the exact map
+    and Shortcut's two half steps compose exactly: their loss is 0.  SoFlow's Euler step
+    r_l = r_s + (l - s) v leaves an O(l - s) residual: its loss falls as (l - s)^2."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        net = ExactGaussianFlow(torch.tensor([1.0, -0.5]), torch.tensor([2.0, 0.5]))
+        host = GaussianHost(net)
+        objective = OBJECTIVES.get(name)(host)
+        gen = torch.Generator().manual_seed(0)
+        rs = torch.randn(512, 2, generator=gen) * 1.5
+        s, t = objective.draw_times(512, gen)
+        assert bool((t > s).any()) and bool((t == s).any())
+
+        def loss(obj) -> float:
+            v = host.velocity(rs, s, s, None).detach()
+            batch = PathBatch(rs - s[:, None] * v, rs + (1 - s[:, None]) * v, rs, v, s, t,
+                              None)
+            return float(obj.path_loss(batch, gen).detach())
+
+        if name == "soflow":
+            coarse, fine = loss(objective), loss(type("Fine", (type(objective),),
+                                                      {"l_ratio": 0.01})(host))
+            assert 0 < fine < coarse / 50
+        else:
+            assert loss(objective) < 1e-20
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_velocity_jvp_is_the_derivative_along_the_trajectory():
+    """du/ds by forward mode = tangent . d_r u + d_s u (checked by central differences)."""
+    net = ExactGaussianFlow(torch.tensor([1.0, -0.5]), torch.tensor([2.0, 0.5])).double()
+    host = GaussianHost(net)
+    gen = torch.Generator().manual_seed(0)
+    r = torch.randn(5, 2, generator=gen, dtype=torch.float64)
+    tan = torch.randn(5, 2, generator=gen, dtype=torch.float64)
+    s = torch.tensor([0.0, 0.1, 0.3, 0.5, 0.7], dtype=torch.float64)
+    t = torch.tensor([1.0, 0.1, 0.9, 0.6, 0.7], dtype=torch.float64)
+    u, du = velocity_jvp(host, r, s, t, None, tan)
+    h = 1e-6
+    fd = (host.velocity(r + h * tan, s + h, t, None)
+          - host.velocity(r - h * tan, s - h, t, None)) / (2 * h)
+    torch.testing.assert_close(u, host.velocity(r, s, t, None))
+    torch.testing.assert_close(du, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_registry_order_and_unknown_names(task):
+    assert set(OBJECTIVES.names()) == set(PAPER_ORDER) - {"wflow"}
+    assert "wflow" not in OBJECTIVES  # exact loss not public: left out (issue 20)
+    assert [_objective_class(n).paper_label for n in PAPER_ORDER] == [
+        "MeanFlow", "iMF", "W-Flow", "Drifting", "SoFlow", "Shortcut", "native"]
+    with pytest.raises(UnknownNameError, match="did you mean 'meanflow'"):
+        PMosFM(task, PMosFMConfig.for_preset("smoke").replace(objective="meanflw"))
+
+
+#: PMosFM at smoke on Burgers, torch.manual_seed(0), fitted before objectives were
+#: pluggable (torch 2.13 CPU): the loss of every update and the sum of |w| and w^2 over
+#: the network's weights, as exact float hex
+BEFORE = [
+    (dict(iterations=3),
+     ["0x1.fc98e00000000p-2", "0x1.0cf7380000000p-1", "0x1.faece80000000p-2"],
+     "0x1.cc2343ba7e680p+10", "0x1.131e50be49879p+9"),
+    (dict(iterations=4, diagonal_share=0.5, endpoint_share=0.5, grad_norm_every=2),
+     ["0x1.ec238c0000000p-2", "0x1.0f62780000000p-1", "0x1.fe1c580000000p-2",
+      "0x1.0236880000000p-1"],
+     "0x1.cc087ce513f00p+10", "0x1.12fc89d988879p+9"),
+]
+
+
+@pytest.mark.parametrize("changes,losses,abs_sum,sq_sum", BEFORE)
+def test_native_default_trains_bit_for_bit_as_before(task, changes, losses, abs_sum, sq_sum):
+    torch.manual_seed(0)
+    m = PMosFM(task, PMosFMConfig.for_preset("smoke").replace(**changes))
+    assert m.config.objective == "native"
+    stats = m.fit(task.dataset("train"), progress=False)
+    assert [float.hex(v) for v in stats.losses] == losses
+    w = torch.cat([p.detach().flatten().double() for p in m.net.parameters()])
+    assert float.hex(float(w.abs().sum())) == abs_sum
+    assert float.hex(float(w.pow(2).sum())) == sq_sum
+
+
+RUN = ["run", "--task", "burgers", "--method", "pmosfm", "--preset", "smoke", "--quiet",
+       "--set", "iterations=3"]
+
+
+def test_every_objective_runs_with_nfe_one_and_the_ablation_table(dirs, capsys):
+    for name in OBJECTIVES.names():
+        assert main([*RUN, "--set", f"objective={name}"]) == 0
+    recs = [r for r in read_records(dirs / "results") if r["method"] == "pmosfm"]
+    by_objective = {r["method_info"]["objective"]: r for r in recs}
+    assert set(by_objective) == set(OBJECTIVES.names())
+    for name, r in by_objective.items():
+        assert r["nfe"] == 1 and r["status"] == "ok", name
+        assert r["config"]["objective"] == name
+        assert r["method_info"]["spread_term"] == (name == "native")
+        assert r["variant"] == ("iterations=3" if name == "native"
+                                else f"iterations=3,objective={name}")
+    capsys.readouterr()
+    assert main(["leaderboard", "--ablation", "one_step"]) == 0
+    out = capsys.readouterr().out
+    measured, paper = out.split("Reported in the paper")
+    assert "## ablation one_step: energy (preset smoke, also iterations=3)" in measured
+    header = [c.strip() for c in measured.splitlines()[2].strip("|").split("|")]
+    ours = [n for n in PAPER_ORDER if n in OBJECTIVES]  # W-Flow: the paper's column only
+    assert header == ["benchmark"] + [f"PMosFM-{OBJECTIVES.get(n).paper_label}"
+                                      for n in ours]
+    burgers = [c.strip(" *") for c in measured.splitlines()[4].strip("|").split("|")]
+    assert burgers[0] == "Burgers"
+    cells = dict(zip(ours, burgers[1:], strict=True))
+    assert [float(c) for c in cells.values()] == pytest.approx(
+        [by_objective[n]["metrics"]["energy"] for n in cells], rel=1e-3)
+    assert "paper: PMosFM-native" in paper and "**0.0374**" in paper
+    assert "Turbulence Forecasting" in paper and "0.7507" in paper
+    assert main(["leaderboard", "--ablation", "one_step", "--format", "csv"]) == 0
+    csv = capsys.readouterr().out
+    assert csv.count(",measured") == 6 and csv.count(",paper (reported)") == 49
+    assert main(["leaderboard", "--ablation", "one_step", "--task", "burgers"]) == 2
+
+
+def test_ablation_splits_other_changes_from_the_objective():
+    from pcgbench.leaderboard.ablation import ablation_layout, other_changes
+
+    layout = ablation_layout("one_step")
+    assert other_changes({"variant": "objective=imf"}, layout) is None
+    assert other_changes({"variant": None}, layout) is None
+    assert other_changes({"variant": "delta_range=[0.01, 0.1],iterations=3,objective=imf"},
+                         layout) == "delta_range=[0.01, 0.1],iterations=3"
