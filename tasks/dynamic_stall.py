@@ -178,12 +178,14 @@ class DynamicStallTask(Task):
         out[:, 5] = signed_shear(out[:, 1], out[:, 2], out[:, 3], out[:, 6], out[:, 7])
         return out
 
-    def _rows(self, data: Tensor, unit_cond: np.ndarray) -> FieldData:
-        p = self.params
+    @staticmethod
+    def _rows(data: Tensor, unit_cond: np.ndarray) -> FieldData:
+        """``[N, 8, nt, ns]`` (six channels + surface direction) and the conditions in
+        [0, 1] -> fields and the broadcast field condition."""
         x = data[:, :6].to(torch.float32)
         grid = torch.as_tensor(unit_cond, dtype=torch.float32)[:, :, None, None]
         cond = torch.cat([data[:, 6:8].to(torch.float32),
-                          grid.expand(-1, -1, p.n_time, p.n_surf)], dim=1)
+                          grid.expand(-1, -1, *x.shape[-2:])], dim=1)
         return FieldData(x.contiguous(), cond.contiguous())
 
     def load_external(self, path: Path, split: str) -> FieldData:
@@ -212,12 +214,7 @@ class DynamicStallTask(Task):
             sl = slice(0, cut) if split == "train" else slice(cut, None)
             fields, nominal = fields[sl], nominal[sl]
         unit = (nominal - PBFM_COND_MIN) / (PBFM_COND_MAX - PBFM_COND_MIN)
-        data = torch.from_numpy(fields)
-        x = data[:, :6].to(torch.float32)
-        grid = torch.as_tensor(unit, dtype=torch.float32)[:, :, None, None]
-        cond = torch.cat([data[:, 6:8].to(torch.float32),
-                          grid.expand(-1, -1, *x.shape[-2:])], dim=1)
-        return FieldData(x.contiguous(), cond.contiguous())
+        return self._rows(torch.from_numpy(fields), unit)
 
     # -- evaluator / constraints / charts ----------------------------------------------
     def _closures(self, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor]:
