@@ -21,6 +21,14 @@ cheap (:meth:`ColoredJacobian.gram`): two sparse rows meet only in the columns t
 so their inner product is a sum over the few entry pairs listed once at detection; the
 dense rows take one [d, n] x [n, k] product.  On Darcy at ``cpu`` (k = 1,029, n = 2,048)
 that replaces the k^2 n multiply-adds of the dense product by a few tens of thousands.
+
+When moreover no row is dense and the rows fall into small groups that share no column
+(pointwise closures such as dynamic stall's ideal-gas and Sutherland shear residuals:
+the two rows at one grid point share T, rows at different points share nothing), ``J J^T``
+is block diagonal.  Then :meth:`ColoredJacobian.linearize` keeps ``J`` as its list of
+structural entries (:class:`SparseRowsJacobian`) and every Gauss-Newton solve is a batch
+of small dense ones: at ``cpu`` dynamic stall (k = 4,096, n = 12,288) the dense route held
+a [64, 4,096, 12,288] Jacobian (13 GB) and factored a 4,096^2 Gram per sample.
 """
 
 from __future__ import annotations
@@ -52,6 +60,39 @@ def greedy_column_coloring(pattern: np.ndarray) -> np.ndarray:
         taken[used[(used >= 0) & (used < len(taken))]] = True
         colors[j] = int(np.argmin(taken))  # the smallest colour no neighbour holds
     return colors
+
+
+MAX_BLOCK = 32  # largest group of coupled rows solved as one small dense system
+
+
+def _block_layout(pattern: np.ndarray, pair_target: np.ndarray
+                  ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Rows linked (directly or through others) by shared columns form the diagonal
+    blocks of ``J J^T``.  Returns (block size s, the slot block * s + position of each
+    row, the slot-space index of each Gram pair, the unused slots), or None when some
+    block exceeds :data:`MAX_BLOCK` rows."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    k = pattern.shape[0]
+    if k == 0:
+        return None
+    a = sp.csr_matrix(pattern.astype(np.int8))
+    n_comp, comp = connected_components(a @ a.T, directed=False)
+    sizes = np.bincount(comp, minlength=n_comp)
+    bs = int(sizes.max())
+    if bs > MAX_BLOCK or bs == k:
+        return None
+    order = np.argsort(comp, kind="stable")
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    pos = np.empty(k, dtype=np.int64)
+    pos[order] = np.arange(k) - first[comp[order]]
+    slot_of_row = comp * bs + pos
+    ra, rb = pair_target // k, pair_target % k
+    pair_slot = comp[ra] * bs * bs + pos[ra] * bs + pos[rb]
+    used = np.zeros(n_comp * bs, dtype=bool)
+    used[slot_of_row] = True
+    return bs, slot_of_row, pair_slot, np.flatnonzero(~used)
 
 
 def _gram_pairs(pattern: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -87,6 +128,13 @@ class ColoredJacobian:
     pair_a: Tensor  # [P] long: entry pairs (a, b) that share a column ...
     pair_b: Tensor  # [P] long
     pair_target: Tensor  # [P] long: ... and add to Gram entry row(a) * k + row(b)
+    # block-diagonal Gram (no dense rows, every group of rows linked by shared columns at
+    # most MAX_BLOCK rows): rows padded into [n_blocks, block_size] slots
+    block_size: int = 0  # 0: no block structure
+    slot_of_row: Tensor | None = None  # [k] long: block * block_size + position
+    pair_slot: Tensor | None = None  # [P] long: entry of the [n_blocks * bs * bs] blocks
+    pad_diag: Tensor | None = None  # block-space diagonal entries of slots without a row
+    n_blocks: int = 0
 
     @property
     def n_colors(self) -> int:
@@ -122,6 +170,14 @@ class ColoredJacobian:
         def long(a: np.ndarray) -> Tensor:
             return torch.from_numpy(a.astype(np.int64)).to(dev)
 
+        blocks: dict[str, object] = {}
+        if not dense.any():
+            layout = _block_layout(sparse_pattern, pair_target)
+            if layout is not None:
+                bs, slot_of_row, pair_slot, pad = layout
+                blocks = dict(block_size=bs, slot_of_row=long(slot_of_row),
+                              pair_slot=long(pair_slot), n_blocks=int(slot_of_row.max()) // bs + 1,
+                              pad_diag=long((pad // bs) * bs * bs + (pad % bs) * (bs + 1)))
         return cls(
             pattern=torch.from_numpy(sparse_pattern).to(dev, dt),
             colors=torch.from_numpy(colors).to(dev),
@@ -131,6 +187,7 @@ class ColoredJacobian:
             pair_a=long(pair_a),
             pair_b=long(pair_b),
             pair_target=long(pair_target),
+            **blocks,  # type: ignore[arg-type]
         )
 
     def gram(self, jac: Tensor) -> Tensor:
@@ -172,3 +229,129 @@ class ColoredJacobian:
             (rows,) = torch.func.vmap(vjp_fn)(cot)  # [d, b, n]
             jac[:, self.dense_rows, :] = rows.permute(1, 0, 2)
         return jac
+
+    def linearize(self, g: ConstraintFn, z: Tensor, cond: Cond = None) -> Linearization:
+        """``J`` at z as a :class:`SparseRowsJacobian` (only its structural entries) when
+        the Gram is block diagonal, else as a :class:`DenseJacobian`."""
+        if not self.block_size:
+            return DenseJacobian(self(g, z, cond), self.gram)
+        b, shape = z.shape[0], z.shape[1:]
+        zf = z.detach().reshape(b, -1)
+        seeds = self.seeds.to(zf.dtype)
+
+        def f(u: Tensor) -> Tensor:
+            return g(u.reshape(b, *shape), cond).reshape(b, -1)
+
+        def jvp(seed: Tensor) -> Tensor:
+            return torch.func.jvp(f, (zf,), (seed.expand(b, -1),))[1]
+
+        compressed = torch.func.vmap(jvp)(seeds)  # [C, b, k]
+        k, n = self.pattern.shape
+        rows, cols = self.entry_index // n, self.entry_index % n
+        vals = compressed[self.colors[cols], :, rows].transpose(0, 1)  # [b, nnz]
+        return SparseRowsJacobian(vals, rows, cols, k, n, self)
+
+
+def _shifted(s: Tensor, rhs: Tensor, damping: float, shift: Tensor | None) -> Tensor:
+    """Solve ``(s + damping * mean(diag s) I + shift I) x = rhs`` with the conventions of
+    :func:`pcgbench.methods._sampling.spd_solve` / ``damp``: undamped, the pseudo-inverse;
+    relative damping, Cholesky in float64; an absolute per-sample ``shift`` (CCFM's
+    Levenberg-Marquardt term), a plain solve."""
+    from pcgbench.methods._sampling import damp, spd_solve
+
+    if shift is not None:
+        eye = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+        return torch.linalg.solve(s + shift.view(-1, *([1] * (s.ndim - 1))) * eye, rhs)
+    return spd_solve(damp(s, damping), rhs, damped=damping > 0)
+
+
+@dataclass(frozen=True)
+class DenseJacobian:
+    """``J`` [B or 1, k, n] as a tensor; the products and solves of a Gauss-Newton step."""
+
+    jac: Tensor
+    gram_fn: Callable[[Tensor], Tensor] | None = None
+
+    def matvec(self, d: Tensor) -> Tensor:  # J d: [b, n] -> [b, k]
+        return (self.jac @ d.unsqueeze(-1)).squeeze(-1)
+
+    def rmatvec(self, lam: Tensor) -> Tensor:  # J^T lam: [b, k] -> [b, n]
+        return (self.jac.transpose(1, 2) @ lam.unsqueeze(-1)).squeeze(-1)
+
+    def row_norm(self) -> Tensor:
+        return self.jac.norm(dim=-1)
+
+    def solve(self, rhs: Tensor, damping: float = 0.0, shift: Tensor | None = None) -> Tensor:
+        """``(J J^T + damping c I + shift I)^-1 rhs`` (see :func:`_shifted`)."""
+        s = (self.gram_fn or (lambda j: j @ j.transpose(1, 2)))(self.jac)
+        return _shifted(s, rhs.unsqueeze(-1), damping, shift).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class SparseRowsJacobian:
+    """``J`` kept as its structural entries ``vals`` [b, nnz] at (rows, cols), for a plan
+    whose Gram is block diagonal: memory O(nnz) instead of O(k n), and each solve a batch
+    of [block_size]^2 systems (the same matrix as the dense route, row by row; the
+    pseudo-inverse's cut-off is per block)."""
+
+    vals: Tensor
+    rows: Tensor
+    cols: Tensor
+    k: int
+    n: int
+    plan: ColoredJacobian
+
+    def _scatter(self, width: int, index: Tensor, src: Tensor) -> Tensor:
+        out = torch.zeros(src.shape[0], width, dtype=src.dtype, device=src.device)
+        return out.index_add_(1, index, src)
+
+    def matvec(self, d: Tensor) -> Tensor:
+        return self._scatter(self.k, self.rows, self.vals * d[:, self.cols])
+
+    def rmatvec(self, lam: Tensor) -> Tensor:
+        return self._scatter(self.n, self.cols, self.vals * lam[:, self.rows])
+
+    def row_norm(self) -> Tensor:
+        return self._scatter(self.k, self.rows, self.vals.pow(2)).sqrt()
+
+    def dense(self) -> Tensor:
+        """The [b, k, n] matrix (tests)."""
+        b = self.vals.shape[0]
+        out = torch.zeros(b, self.k * self.n, dtype=self.vals.dtype, device=self.vals.device)
+        out[:, self.rows * self.n + self.cols] = self.vals
+        return out.view(b, self.k, self.n)
+
+    def solve(self, rhs: Tensor, damping: float = 0.0, shift: Tensor | None = None) -> Tensor:
+        """As :meth:`DenseJacobian.solve`, block by block: relative damping (c the mean
+        diagonal of the whole Gram) by Cholesky in float64, an absolute ``shift`` by a
+        plain solve, neither by each block's pseudo-inverse."""
+        p = self.plan
+        assert p.slot_of_row is not None and p.pair_slot is not None and p.pad_diag is not None
+        b, bs = rhs.shape[0], p.block_size
+        n_blocks = p.n_blocks
+        prod = self.vals[:, p.pair_a] * self.vals[:, p.pair_b]
+        g = torch.zeros(b, n_blocks * bs * bs, dtype=rhs.dtype, device=rhs.device)
+        g.index_add_(1, p.pair_slot, prod)
+        g[:, p.pad_diag] = 1.0  # slots holding no row: identity, zero right-hand side
+        g = g.view(b, n_blocks, bs, bs)
+        r = torch.zeros(b, n_blocks * bs, dtype=rhs.dtype, device=rhs.device)
+        r[:, p.slot_of_row] = rhs
+        r = r.view(b, n_blocks, bs, 1)
+        eye = torch.eye(bs, dtype=g.dtype, device=g.device)
+        if shift is not None:
+            x = torch.linalg.solve(g + shift.view(-1, 1, 1, 1) * eye, r)
+        elif damping:
+            scale = (self.vals.pow(2).sum(dim=1) / self.k).clamp_min(torch.finfo(g.dtype).tiny)
+            s64 = g.to(torch.float64) + (damping * scale).to(torch.float64).view(-1, 1, 1, 1) \
+                * eye.to(torch.float64)
+            chol, info = torch.linalg.cholesky_ex(s64)
+            r64 = r.to(torch.float64)
+            x64 = (torch.cholesky_solve(r64, chol) if bool((info == 0).all())
+                   else torch.linalg.solve(s64, r64))
+            x = x64.to(rhs.dtype)
+        else:
+            x = torch.linalg.pinv(g, hermitian=True) @ r
+        return x.reshape(b, n_blocks * bs)[:, p.slot_of_row]
+
+
+Linearization = DenseJacobian | SparseRowsJacobian

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, FlowBackbone, Method
-from pcgbench.methods._jacobian import ColoredJacobian
+from pcgbench.methods._jacobian import ColoredJacobian, DenseJacobian, Linearization
 from pcgbench.task import Constraint, FieldData, Task
 
 Cond = Tensor | None
@@ -111,10 +111,19 @@ def dense_gram(jac: Tensor) -> Tensor:
     return jac @ jac.transpose(1, 2)
 
 
-def gram_fn(jacobian: JacobianFn | None) -> Callable[[Tensor], Tensor]:
-    """The Gram product matching a Jacobian function: a coloured plan's sparse ``gram``
-    where it has one, else :func:`dense_gram` (same matrix up to summation order)."""
-    return getattr(jacobian, "gram", None) or dense_gram
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Bytes free on ``device``: CUDA's ``mem_get_info``; on the CPU, Linux's
+    MemAvailable (None where neither is known)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def spd_solve(s: Tensor, rhs: Tensor, damped: bool = False) -> Tensor:
@@ -173,26 +182,33 @@ def gauss_newton_project(
     """
     b = z.shape[0]
     shape = z.shape[1:]
-    gram = dense_gram if jac is not None else gram_fn(jacobian)
     with torch.no_grad():
         zf = z.detach().reshape(b, -1)
         u = zf.clone()
         for _ in range(int(steps)):
             r = g(u.reshape(b, *shape), cond).reshape(b, -1)
-            J = jac if jac is not None else (jacobian or batched_jacobian)(
-                g, u.reshape(b, *shape), cond)
-            s = damp(gram(J), damping)
+            J = linearize(g, u.reshape(b, *shape), cond, jac, jacobian)
             if anchor:
                 d = zf - u
-                rhs = (J @ d.unsqueeze(-1)).squeeze(-1) + r
-                lam = spd_solve(s, rhs.unsqueeze(-1), damped=damping > 0).squeeze(-1)
-                new = u + d - (J.transpose(1, 2) @ lam.unsqueeze(-1)).squeeze(-1)
+                lam = J.solve(J.matvec(d) + r, damping)
+                new = u + d - J.rmatvec(lam)
             else:
-                lam = spd_solve(s, r.unsqueeze(-1), damped=damping > 0).squeeze(-1)
-                new = u - (J.transpose(1, 2) @ lam.unsqueeze(-1)).squeeze(-1)
+                new = u - J.rmatvec(J.solve(r, damping))
             ok = torch.isfinite(new).all(dim=1, keepdim=True)
             u = torch.where(ok, new, u)
     return u.reshape(b, *shape)
+
+
+def linearize(g: ConstraintFn, z: Tensor, cond: Cond, jac: Tensor | None = None,
+              jacobian: JacobianFn | None = None) -> Linearization:
+    """``dg/dz`` at z for a Gauss-Newton step: the fixed ``jac`` of an affine constraint;
+    a coloured plan's own form (sparse rows when its Gram is block diagonal); else the
+    dense ``jacobian(g, z, cond)`` (default :func:`batched_jacobian`)."""
+    if jac is not None:
+        return DenseJacobian(jac, dense_gram)
+    if isinstance(jacobian, ColoredJacobian):
+        return jacobian.linearize(g, z, cond)
+    return DenseJacobian((jacobian or batched_jacobian)(g, z, cond), dense_gram)
 
 
 def orthogonal_projector(jac: Tensor) -> Tensor:
@@ -316,6 +332,24 @@ class BackboneSampler(Method):
                     plan = None  # few rows or dense rows: reverse mode is as cheap
             self._jac_plans[key] = plan
         return self._jac_plans[key] or batched_jacobian
+
+    def check_jacobian_size(self, h: ConstraintFn, z: Tensor, cond: Cond) -> None:
+        """Refuse in one line, before any Jacobian is formed, where one sample's dense
+        constraint Jacobian [k, n] exceeds a quarter of the memory free on the device
+        (the projection samplers take it densely at least once: the shared Jacobian of an
+        affine constraint, or the probes that detect a sparsity pattern).  HIT's
+        divergence at ``cpu`` is 32,768 x 131,072 (17 GB per sample): a matrix-free
+        projection would be needed, and these baselines, as published, have none."""
+        k = h(z[:1], None if cond is None else cond[:1]).reshape(1, -1).shape[1]
+        n = z[0].numel()
+        need = k * n * z.element_size()
+        free = free_memory_bytes(z.device)
+        if free is not None and need > free / 4:
+            raise PcgError(
+                f"method {self.name!r}: task {self.task.name!r} has a {k:,} x {n:,} "
+                f"constraint Jacobian per sample ({need / 1e9:.1f} GB in {z.dtype}), over a "
+                f"quarter of the {free / 1e9:.1f} GB free on {z.device}; this projection "
+                "method has no matrix-free solver")
 
     def constraint_fn(self, names: Sequence[str] = ()) -> tuple[ConstraintFn, bool]:
         """(h in normalized units, all-linear flag) for the selected constraints.  ``h``

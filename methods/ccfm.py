@@ -45,10 +45,8 @@ from pcgbench.method import MethodConfig
 from pcgbench.methods._sampling import (
     BackboneSampler,
     batched_jacobian,
-    dense_gram,
-    gram_fn,
+    linearize,
     shared_jacobian,
-    spd_solve,
 )
 from pcgbench.registry import METHODS
 from pcgbench.timing import PhaseTimer
@@ -69,27 +67,22 @@ def band_project(h, z, t, cond, kappa, steps=1, jac=None, jacobian=batched_jacob
     b = z.shape[0]
     beta = None
     view = (-1, *([1] * (y.ndim - 1)))
-    gram = dense_gram if jac is not None else gram_fn(jacobian)
 
     def excess_of(yy):
         r = h(yy, cond).reshape(b, -1)
         return r - torch.maximum(torch.minimum(r, beta), -beta)
 
     for _ in range(int(steps)):
-        J = jac if jac is not None else jacobian(h, y, cond)
+        J = linearize(h, y, cond, jac, jacobian)
         if beta is None:
-            beta = kappa * sigma * J.norm(dim=-1)  # [B or 1, k]
+            beta = kappa * sigma * J.row_norm()  # [B or 1, k]
         excess = excess_of(y)
-        s = gram(J)
         if jac is not None:  # affine: the exact minimum-norm step
-            dy = (J.transpose(1, 2) @ spd_solve(s, excess.unsqueeze(-1))).squeeze(-1)
-            y = y - dy.reshape(y.shape)
+            y = y - J.rmatvec(J.solve(excess)).reshape(y.shape)
             continue
         norm = excess.pow(2).sum(dim=1)
         mu = 1e-4 * norm + 1e-12
-        eye = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
-        lam = torch.linalg.solve(s + mu.view(-1, 1, 1) * eye, excess.unsqueeze(-1))
-        dy = (J.transpose(1, 2) @ lam).squeeze(-1).reshape(y.shape)
+        dy = J.rmatvec(J.solve(excess, shift=mu)).reshape(y.shape)
         step = torch.ones(b, dtype=y.dtype, device=y.device)
         done = torch.zeros(b, dtype=torch.bool, device=y.device)
         new = y
@@ -140,6 +133,7 @@ class CCFM(BackboneSampler):
         cond = self.prepare_cond(cond)
         kappa = math.sqrt(2.0) * torch.erfinv(torch.tensor(1.0 - 2.0 * cfg.level)).item()
         z = self.noise(n, generator)
+        self.check_jacobian_size(h, z, cond)
         jac = shared_jacobian(h, z, cond) if linear else None
         jacobian = batched_jacobian if linear else self.jacobian_fn(
             cfg.constraints, h, z, cond, cfg.jacobian)

@@ -124,6 +124,7 @@ class PCFM(BackboneSampler):
         h, linear = self.constraint_fn(cfg.constraints)
         cond = self.prepare_cond(cond)
         u0 = self.noise(n, generator)
+        self.check_jacobian_size(h, u0, cond)
         u = u0
         jac = shared_jacobian(h, u0, cond) if linear else None
         self._jacobian = None if linear else self.jacobian_fn(cfg.constraints, h, u0, cond,

@@ -111,3 +111,104 @@ def test_colored_equals_dense_on_dynamic_stall_data(tmp_path):
     assert plan.passes <= 8 < plan.pattern.shape[0]
     torch.testing.assert_close(plan(h, z, cond), batched_jacobian(h, z, cond), rtol=1e-10,
                                atol=1e-10)
+
+
+def _pointwise_closure(x: torch.Tensor, cond=None) -> torch.Tensor:
+    """Two nonlinear rows per grid point sharing channel 1 (like dynamic stall's gas and
+    shear closures sharing T): a block-diagonal Gram with 2 x 2 blocks."""
+    a, b, c = x[:, 0].reshape(x.shape[0], -1), x[:, 1].reshape(x.shape[0], -1), \
+        x[:, 2].reshape(x.shape[0], -1)
+    return torch.cat([a - b * torch.exp(0.3 * b), c * b + torch.sin(c)], dim=1)
+
+
+def _odd_blocks(x: torch.Tensor, cond=None) -> torch.Tensor:
+    """Rows coupled in groups of different sizes (1, 2 and 3 rows): padded slots."""
+    u = x.reshape(x.shape[0], -1)
+    return torch.stack([u[:, 0] ** 2, u[:, 1] * u[:, 2], u[:, 2] + u[:, 3] ** 3,
+                        torch.tanh(u[:, 4]), u[:, 4] * u[:, 5], u[:, 5] - u[:, 6] ** 2], dim=1)
+
+
+@pytest.mark.parametrize("g,shape,bs", [(_pointwise_closure, (3, 4, 5), 2),
+                                        (_odd_blocks, (1, 40), 3)])
+def test_block_diagonal_gram_solves_equal_the_dense_ones(g, shape, bs):
+    """Rows linked by shared columns form the Gram's diagonal blocks: the sparse-rows
+    Jacobian is the dense one, and its block solves (relative damping, absolute shift,
+    pseudo-inverse) equal the dense solves of :class:`DenseJacobian`."""
+    from pcgbench.methods._jacobian import DenseJacobian
+
+    z = torch.randn(4, *shape, dtype=torch.float64)
+    plan = ColoredJacobian.detect(g, z)
+    assert plan.block_size == bs
+    sparse = plan.linearize(g, z)
+    dense = DenseJacobian(batched_jacobian(g, z))
+    torch.testing.assert_close(sparse.dense(), dense.jac, rtol=0, atol=1e-14)
+    r = torch.randn(4, dense.jac.shape[1], dtype=torch.float64)
+    d = torch.randn(4, dense.jac.shape[2], dtype=torch.float64)
+    torch.testing.assert_close(sparse.matvec(d), dense.matvec(d))
+    torch.testing.assert_close(sparse.rmatvec(r), dense.rmatvec(r))
+    torch.testing.assert_close(sparse.row_norm(), dense.row_norm())
+    shift = torch.rand(4, dtype=torch.float64)
+    for kw in ({}, {"damping": 1e-3}, {"shift": shift}):
+        torch.testing.assert_close(sparse.solve(r, **kw), dense.solve(r, **kw), rtol=1e-9,
+                                   atol=1e-9)
+
+
+def test_stencil_rows_have_no_block_structure():
+    """A 3-point stencil chains every row to the next (one block of 78 rows, over
+    MAX_BLOCK), and a dense row rules blocks out: both take the dense route.  Rows x_i
+    x_{i+2} split into the even and odd chains: two blocks of 19."""
+    plan = ColoredJacobian.detect(_stencil_with_global_row, torch.randn(2, 1, 40))
+    assert plan.block_size == 0
+    chain = ColoredJacobian.detect(lambda x, c=None: x[:, 0, :-2] * x[:, 0, 1:-1] * x[:, 0, 2:],
+                                   torch.randn(2, 1, 80))
+    assert chain.block_size == 0
+    split = ColoredJacobian.detect(lambda x, c=None: x[:, 0, :-2] * x[:, 0, 2:],
+                                   torch.randn(2, 1, 40))
+    assert (split.block_size, split.n_blocks) == (19, 2)
+
+
+def test_projections_with_sparse_rows_equal_the_dense_ones():
+    """PCFM's Gauss-Newton projection (root, anchored, damped) and CCFM's band projection
+    give the same result through the block-diagonal route as through the dense one."""
+    from pcgbench.methods._sampling import gauss_newton_project
+    from pcgbench.methods.ccfm import band_project
+
+    z = torch.randn(3, 3, 4, 5, dtype=torch.float64)
+    plan = ColoredJacobian.detect(_pointwise_closure, z)
+    for kw in ({"steps": 2, "damping": 1e-6}, {"steps": 2, "anchor": True}):
+        torch.testing.assert_close(
+            gauss_newton_project(_pointwise_closure, z, jacobian=plan, **kw),
+            gauss_newton_project(_pointwise_closure, z, **kw), rtol=1e-9, atol=1e-9)
+    got = band_project(_pointwise_closure, z, 0.6, None, kappa=0.674, steps=2, jacobian=plan)
+    want = band_project(_pointwise_closure, z, 0.6, None, kappa=0.674, steps=2)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_dynamic_stall_closures_take_the_block_route(tmp_path):
+    """Dynamic stall's two closures couple only the rows of one grid point."""
+    task = TASKS.get("dynamic_stall")(preset="smoke", data_dir=tmp_path, progress=False)
+    h = normalized(stack_constraints(dict(task.constraints())), task)
+    te = task.dataset("test")
+    z = task.normalizer.encode(te.x[:2]).double()
+    plan = ColoredJacobian.detect(h, z, te.cond[:2].double())
+    assert 0 < plan.block_size <= 2
+
+
+def test_projection_methods_refuse_a_jacobian_that_does_not_fit(tmp_path, monkeypatch):
+    """Where one sample's dense constraint Jacobian exceeds a quarter of the free memory
+    (HIT's divergence at ``cpu``: 17 GB) PCFM, CCFM and ECI stop with one line before
+    forming it."""
+    import pcgbench.methods._sampling as sampling
+    from pcgbench.errors import PcgError
+
+    task = _darcy(tmp_path)
+    monkeypatch.setattr(sampling, "free_memory_bytes", lambda device: 1000)
+    for name in ("pcfm", "ccfm", "eci"):
+        from pcgbench.registry import METHODS
+
+        cls = METHODS.get(name)
+        m = cls(task, cls.Config(steps=2))
+        h, _ = m.constraint_fn(())
+        z = torch.randn(2, *task.spec.field_shape)
+        with pytest.raises(PcgError, match="constraint Jacobian per sample"):
+            m.check_jacobian_size(h, z, None)
