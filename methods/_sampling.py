@@ -111,6 +111,9 @@ def dense_gram(jac: Tensor) -> Tensor:
     return jac @ jac.transpose(1, 2)
 
 
+MAX_DENSE_ROWS = 16_384  # largest dense Gram a projection sampler factors (kf at paper)
+
+
 def free_memory_bytes(device: torch.device) -> int | None:
     """Bytes free on ``device``: CUDA's ``mem_get_info``; on the CPU, Linux's
     MemAvailable (None where neither is known)."""
@@ -333,13 +336,11 @@ class BackboneSampler(Method):
             self._jac_plans[key] = plan
         return self._jac_plans[key] or batched_jacobian
 
-    def check_jacobian_size(self, h: ConstraintFn, z: Tensor, cond: Cond) -> None:
+    def check_jacobian_size(self, h: ConstraintFn, z: Tensor, cond: Cond) -> int:
         """Refuse in one line, before any Jacobian is formed, where one sample's dense
         constraint Jacobian [k, n] exceeds a quarter of the memory free on the device
         (the projection samplers take it densely at least once: the shared Jacobian of an
-        affine constraint, or the probes that detect a sparsity pattern).  HIT's
-        divergence at ``cpu`` is 32,768 x 131,072 (17 GB per sample): a matrix-free
-        projection would be needed, and these baselines, as published, have none."""
+        affine constraint, or the probes that detect a sparsity pattern).  Returns k."""
         k = h(z[:1], None if cond is None else cond[:1]).reshape(1, -1).shape[1]
         n = z[0].numel()
         need = k * n * z.element_size()
@@ -350,6 +351,19 @@ class BackboneSampler(Method):
                 f"constraint Jacobian per sample ({need / 1e9:.1f} GB in {z.dtype}), over a "
                 f"quarter of the {free / 1e9:.1f} GB free on {z.device}; this projection "
                 "method has no matrix-free solver")
+        return k
+
+    def check_dense_solve(self, k: int, jacobian: JacobianFn | None) -> None:
+        """Refuse in one line where every projection step would factor a dense k x k Gram
+        with k > :data:`MAX_DENSE_ROWS` (a coloured plan with a block-diagonal Gram solves
+        small blocks instead).  HIT reconstruction at ``cpu`` (k = 20,480: observation and
+        divergence rows): one float64 eigendecomposition of its Gram takes over an hour
+        on one CPU thread (4,096^2: 31 s, measured; cubic scaling)."""
+        if k > MAX_DENSE_ROWS and not getattr(jacobian, "block_size", 0):
+            raise PcgError(
+                f"method {self.name!r}: task {self.task.name!r} has {k:,} constraint rows; "
+                f"its projections would factor a dense {k:,} x {k:,} Gram every step (limit "
+                f"{MAX_DENSE_ROWS:,}) and this projection method has no matrix-free solver")
 
     def constraint_fn(self, names: Sequence[str] = ()) -> tuple[ConstraintFn, bool]:
         """(h in normalized units, all-linear flag) for the selected constraints.  ``h``

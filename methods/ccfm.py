@@ -133,10 +133,11 @@ class CCFM(BackboneSampler):
         cond = self.prepare_cond(cond)
         kappa = math.sqrt(2.0) * torch.erfinv(torch.tensor(1.0 - 2.0 * cfg.level)).item()
         z = self.noise(n, generator)
-        self.check_jacobian_size(h, z, cond)
+        k = self.check_jacobian_size(h, z, cond)
         jac = shared_jacobian(h, z, cond) if linear else None
         jacobian = batched_jacobian if linear else self.jacobian_fn(
             cfg.constraints, h, z, cond, cfg.jacobian)
+        self.check_dense_solve(k, jacobian)
         dt = 1.0 / cfg.steps
         timer = PhaseTimer(self.device)
         for k in range(cfg.steps):

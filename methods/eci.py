@@ -137,7 +137,7 @@ class ECI(BackboneSampler):
         h, h_non = self.split_constraints()
         cond = self.prepare_cond(cond)
         x = self.noise(n, generator)
-        self.check_jacobian_size(h, x, cond)
+        self.check_dense_solve(self.check_jacobian_size(h, x, cond), None)
         with timer.phase("correction"):
             jac = shared_jacobian(h, x, cond) if cfg.shared_jacobian else batched_jacobian(
                 h, x, cond)

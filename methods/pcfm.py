@@ -124,11 +124,12 @@ class PCFM(BackboneSampler):
         h, linear = self.constraint_fn(cfg.constraints)
         cond = self.prepare_cond(cond)
         u0 = self.noise(n, generator)
-        self.check_jacobian_size(h, u0, cond)
+        k = self.check_jacobian_size(h, u0, cond)
         u = u0
         jac = shared_jacobian(h, u0, cond) if linear else None
         self._jacobian = None if linear else self.jacobian_fn(cfg.constraints, h, u0, cond,
                                                               cfg.jacobian)
+        self.check_dense_solve(k, self._jacobian)
         timer = PhaseTimer(self.device)
         dt = 1.0 / cfg.steps
         for k in range(cfg.steps):

@@ -212,3 +212,20 @@ def test_projection_methods_refuse_a_jacobian_that_does_not_fit(tmp_path, monkey
         z = torch.randn(2, *task.spec.field_shape)
         with pytest.raises(PcgError, match="constraint Jacobian per sample"):
             m.check_jacobian_size(h, z, None)
+
+
+def test_projection_methods_refuse_a_dense_gram_too_large_to_factor(tmp_path, monkeypatch):
+    """Over MAX_DENSE_ROWS constraint rows on the dense route (HIT reconstruction at
+    ``cpu``: 20,480) PCFM, CCFM and ECI stop with one line; a block-diagonal plan is
+    exempt (its solves are small)."""
+    import pcgbench.methods._sampling as sampling
+    from pcgbench.errors import PcgError
+    from pcgbench.registry import METHODS
+
+    task = _darcy(tmp_path)
+    monkeypatch.setattr(sampling, "MAX_DENSE_ROWS", 100)
+    m = METHODS.get("pcfm")(task, METHODS.get("pcfm").Config(steps=2))
+    with pytest.raises(PcgError, match="dense 1,029 x 1,029 Gram"):
+        m.check_dense_solve(1029, None)
+    z = torch.randn(3, 3, 4, 5, dtype=torch.float64)
+    m.check_dense_solve(1029, ColoredJacobian.detect(_pointwise_closure, z))  # no error
