@@ -273,9 +273,13 @@ class DenseJacobian:
     gram_fn: Callable[[Tensor], Tensor] | None = None
 
     def matvec(self, d: Tensor) -> Tensor:  # J d: [b, n] -> [b, k]
+        if self.jac.shape[0] == 1:  # shared J: one GEMM (a broadcast bmm copies J per sample)
+            return d @ self.jac[0].transpose(0, 1)
         return (self.jac @ d.unsqueeze(-1)).squeeze(-1)
 
     def rmatvec(self, lam: Tensor) -> Tensor:  # J^T lam: [b, k] -> [b, n]
+        if self.jac.shape[0] == 1:
+            return lam @ self.jac[0]
         return (self.jac.transpose(1, 2) @ lam.unsqueeze(-1)).squeeze(-1)
 
     def row_norm(self) -> Tensor:

@@ -224,7 +224,10 @@ def orthogonal_projector(jac: Tensor) -> Tensor:
 
 def apply_projector(P: Tensor, z: Tensor, r: Tensor) -> Tensor:
     """``z - P r`` for z [B, *shape], P [B or 1, n, k], r [B, k]."""
-    dz = (P @ r.reshape(r.shape[0], -1, 1)).squeeze(-1)
+    if P.shape[0] == 1:  # one shared projector: one GEMM (a broadcast bmm copies P per
+        dz = r.reshape(r.shape[0], -1) @ P[0].transpose(0, 1)  # sample: 13x slower on HIT)
+    else:
+        dz = (P @ r.reshape(r.shape[0], -1, 1)).squeeze(-1)
     return z - dz.reshape(z.shape)
 
 
