@@ -84,6 +84,30 @@ def test_reconstruction_observation_constraint_and_chart_exact(rc):
     assert torch.allclose(chart.decode(chart.encode(x, c), c), x, atol=1e-5)
 
 
+def test_reconstruction_geometry_does_not_depend_on_the_mask(rc, data_dir):
+    """PMosFM's coordinate geometry for the observed-Helmholtz chart is the Leray one for
+    every mask: one probed at a single sample's mask was degenerate on that sample's
+    observed points and blew every smoke sample up (pressure std x 285 at ``cpu``).  A
+    short PMosFM fit now samples at the data's scale."""
+    from pcgbench.preconditioning import fit_geometry
+    from pcgbench.registry import METHODS
+
+    te = rc.dataset("test")
+    chart = rc.chart().double()
+    y = chart.encode(te.x.double(), te.cond.double())
+    ga = fit_geometry(chart, y, te.cond[:1].double())
+    gb = fit_geometry(chart, y, te.cond[-1:].double())
+    r = torch.randn_like(y)
+    assert torch.allclose(ga.to_y(r), gb.to_y(r))
+    cls = METHODS.get("pmosfm")
+    m = cls(rc, cls.Config(iterations=20))
+    torch.manual_seed(0)
+    m.fit(rc.dataset("train"), progress=False)
+    out = m.sample(te.cond[:4], 4, torch.Generator().manual_seed(0))
+    assert torch.isfinite(out).all()
+    assert float(out.std()) < 5 * float(te.x.std())
+
+
 def test_missing_rmse_zero_for_the_target_and_counts_only_hidden_points(rc):
     te = rc.dataset("test")
     ctx = MetricContext(rc, te.cond, te.cond)
