@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pcgbench.config import apply_overrides
+from pcgbench.metrics import blowup_fraction
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.runner import prepare
 
@@ -49,6 +50,9 @@ def test_fit_and_sample(task_name, method_name, data_dir):
     x = method.sample(cond, n, torch.Generator().manual_seed(0))
     assert x.shape == (n, *task.spec.field_shape)
     assert torch.isfinite(x).all()
+    # not blown up either (the runner's criterion: a PMosFM geometry bug on
+    # hit_reconstruction once gave finite samples 1e4 x too large)
+    assert blowup_fraction(x, test.x) == 0.0
     assert method.nfe.count >= 1
 
 
