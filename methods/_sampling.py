@@ -164,7 +164,7 @@ def gauss_newton_project(
     cond: Cond = None,
     steps: int = 1,
     damping: float = 0.0,
-    jac: Tensor | None = None,
+    jac: Tensor | DenseJacobian | None = None,
     anchor: bool = False,
     jacobian: JacobianFn | None = None,
 ) -> Tensor:
@@ -202,11 +202,13 @@ def gauss_newton_project(
     return u.reshape(b, *shape)
 
 
-def linearize(g: ConstraintFn, z: Tensor, cond: Cond, jac: Tensor | None = None,
+def linearize(g: ConstraintFn, z: Tensor, cond: Cond, jac: Tensor | DenseJacobian | None = None,
               jacobian: JacobianFn | None = None) -> Linearization:
     """``dg/dz`` at z for a Gauss-Newton step: the fixed ``jac`` of an affine constraint;
     a coloured plan's own form (sparse rows when its Gram is block diagonal); else the
     dense ``jacobian(g, z, cond)`` (default :func:`batched_jacobian`)."""
+    if isinstance(jac, DenseJacobian):
+        return jac
     if jac is not None:
         return DenseJacobian(jac, dense_gram)
     if isinstance(jacobian, ColoredJacobian):

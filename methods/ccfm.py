@@ -42,6 +42,7 @@ from typing import Literal
 import torch
 
 from pcgbench.method import MethodConfig
+from pcgbench.methods._jacobian import DenseJacobian
 from pcgbench.methods._sampling import (
     BackboneSampler,
     batched_jacobian,
@@ -134,7 +135,7 @@ class CCFM(BackboneSampler):
         kappa = math.sqrt(2.0) * torch.erfinv(torch.tensor(1.0 - 2.0 * cfg.level)).item()
         z = self.noise(n, generator)
         k = self.check_jacobian_size(h, z, cond)
-        jac = shared_jacobian(h, z, cond) if linear else None
+        jac = DenseJacobian(shared_jacobian(h, z, cond)) if linear else None  # factored once
         jacobian = batched_jacobian if linear else self.jacobian_fn(
             cfg.constraints, h, z, cond, cfg.jacobian)
         self.check_dense_solve(k, jacobian)

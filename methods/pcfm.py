@@ -37,6 +37,7 @@ from typing import Literal
 import torch
 
 from pcgbench.method import MethodConfig
+from pcgbench.methods._jacobian import DenseJacobian
 from pcgbench.methods._sampling import (
     BackboneSampler,
     gauss_newton_project,
@@ -126,7 +127,7 @@ class PCFM(BackboneSampler):
         u0 = self.noise(n, generator)
         k = self.check_jacobian_size(h, u0, cond)
         u = u0
-        jac = shared_jacobian(h, u0, cond) if linear else None
+        jac = DenseJacobian(shared_jacobian(h, u0, cond)) if linear else None  # factored once
         self._jacobian = None if linear else self.jacobian_fn(cfg.constraints, h, u0, cond,
                                                               cfg.jacobian)
         self.check_dense_solve(k, self._jacobian)
