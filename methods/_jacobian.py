@@ -206,10 +206,12 @@ class ColoredJacobian:
             g[:, :, self.dense_rows] = rows.transpose(1, 2)
         return g
 
-    def __call__(self, g: ConstraintFn, z: Tensor, cond: Cond = None) -> Tensor:
+    def _compressed(self, g: ConstraintFn, z: Tensor, cond: Cond
+                    ) -> tuple[Tensor, Callable[[Tensor], Tensor], Tensor]:
+        """(J_b @ seed_c for every colour c and sample b [C, b, k], the flattened
+        constraint f, the flattened point zf): one forward-mode pass per colour."""
         b, shape = z.shape[0], z.shape[1:]
         zf = z.detach().reshape(b, -1)
-        seeds = self.seeds.to(zf.dtype)
 
         def f(u: Tensor) -> Tensor:
             return g(u.reshape(b, *shape), cond).reshape(b, -1)
@@ -217,7 +219,12 @@ class ColoredJacobian:
         def jvp(seed: Tensor) -> Tensor:  # J_b @ seed for every sample b: [b, k]
             return torch.func.jvp(f, (zf,), (seed.expand(b, -1),))[1]
 
-        compressed = torch.func.vmap(jvp)(seeds).permute(1, 2, 0)  # [b, k, C]
+        return torch.func.vmap(jvp)(self.seeds.to(zf.dtype)), f, zf
+
+    def __call__(self, g: ConstraintFn, z: Tensor, cond: Cond = None) -> Tensor:
+        b = z.shape[0]
+        compressed, f, zf = self._compressed(g, z, cond)
+        compressed = compressed.permute(1, 2, 0)  # [b, k, C]
         k, n = self.pattern.shape
         jac = torch.gather(compressed, 2, self.colors.expand(b, k, n))
         jac = jac * self.pattern.to(jac.dtype)
@@ -235,17 +242,7 @@ class ColoredJacobian:
         the Gram is block diagonal, else as a :class:`DenseJacobian`."""
         if not self.block_size:
             return DenseJacobian(self(g, z, cond), self.gram)
-        b, shape = z.shape[0], z.shape[1:]
-        zf = z.detach().reshape(b, -1)
-        seeds = self.seeds.to(zf.dtype)
-
-        def f(u: Tensor) -> Tensor:
-            return g(u.reshape(b, *shape), cond).reshape(b, -1)
-
-        def jvp(seed: Tensor) -> Tensor:
-            return torch.func.jvp(f, (zf,), (seed.expand(b, -1),))[1]
-
-        compressed = torch.func.vmap(jvp)(seeds)  # [C, b, k]
+        compressed, _, _ = self._compressed(g, z, cond)  # [C, b, k]
         k, n = self.pattern.shape
         rows, cols = self.entry_index // n, self.entry_index % n
         vals = compressed[self.colors[cols], :, rows].transpose(0, 1)  # [b, nnz]
@@ -360,6 +357,8 @@ class SparseRowsJacobian:
         """As :meth:`DenseJacobian.solve`, block by block: relative damping (c the mean
         diagonal of the whole Gram) by Cholesky in float64, an absolute ``shift`` by a
         plain solve, neither by each block's pseudo-inverse."""
+        from pcgbench.methods._sampling import spd_solve
+
         p = self.plan
         assert p.slot_of_row is not None and p.pair_slot is not None and p.pad_diag is not None
         b, bs = rhs.shape[0], p.block_size
@@ -372,20 +371,13 @@ class SparseRowsJacobian:
         r = torch.zeros(b, n_blocks * bs, dtype=rhs.dtype, device=rhs.device)
         r[:, p.slot_of_row] = rhs
         r = r.view(b, n_blocks, bs, 1)
-        eye = torch.eye(bs, dtype=g.dtype, device=g.device)
         if shift is not None:
-            x = torch.linalg.solve(g + shift.view(-1, 1, 1, 1) * eye, r)
-        elif damping:
+            x = _shifted(g, r, 0.0, shift)
+        else:  # the damping is relative to the whole Gram's mean diagonal, not a block's
             scale = (self.vals.pow(2).sum(dim=1) / self.k).clamp_min(torch.finfo(g.dtype).tiny)
-            s64 = g.to(torch.float64) + (damping * scale).to(torch.float64).view(-1, 1, 1, 1) \
-                * eye.to(torch.float64)
-            chol, info = torch.linalg.cholesky_ex(s64)
-            r64 = r.to(torch.float64)
-            x64 = (torch.cholesky_solve(r64, chol) if bool((info == 0).all())
-                   else torch.linalg.solve(s64, r64))
-            x = x64.to(rhs.dtype)
-        else:
-            x = torch.linalg.pinv(g, hermitian=True) @ r
+            eye = torch.eye(bs, dtype=g.dtype, device=g.device)
+            x = spd_solve(g + (damping * scale).view(-1, 1, 1, 1) * eye, r,
+                          damped=bool(damping))
         return x.reshape(b, n_blocks * bs)[:, p.slot_of_row]
 
 
