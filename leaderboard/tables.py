@@ -33,9 +33,38 @@ def _num(v: Any) -> float | None:
     return f
 
 
+def stale_reason(record: dict) -> str | None:
+    """Why a record predates a code fix it depends on (its ``code_versions`` below the
+    registered task's or method's ``version``), or None.  Unregistered tasks and methods
+    (a plug-in not imported) cannot be checked and count as current."""
+    from pcgbench.registry import METHODS, TASKS
+
+    have = record.get("code_versions") or {}
+    now: dict[str, int] = {}
+    if (task := TASKS.lookup(str(record.get("task")))) is not None:
+        now.update(task=task.version, data=task.data_version)
+    if (method := METHODS.lookup(str(record.get("method")))) is not None:
+        now["method"] = method.version
+    for name in [k.split(":", 1)[1] for k in have if k.startswith("pretrained:")] + (
+            [record["pretrained"]] if record.get("pretrained") else []):
+        if (base := METHODS.lookup(name)) is not None:
+            now[f"pretrained:{name}"] = base.version
+    behind = [f"{k} {have.get(k, 0)} < {v}" for k, v in sorted(now.items())
+              if have.get(k, 0) < v]
+    return f"recorded before a code fix (version {', '.join(behind)}): rerun" if behind \
+        else None
+
+
+def status_of(record: dict) -> str:
+    """``ok``, a failure status (diverged / invalid) or ``stale`` (see :func:`stale_reason`);
+    records written before statuses existed count as ok."""
+    status = str(record.get("status", "ok"))
+    return "stale" if status == "ok" and stale_reason(record) else status
+
+
 def is_ok(record: dict) -> bool:
-    """A scored run: status ``ok`` (records written before statuses existed count as ok)."""
-    return record.get("status", "ok") == "ok"
+    """A scored run: status ``ok`` and not stale."""
+    return status_of(record) == "ok"
 
 
 def failed_notes(records: list[dict], tasks: set[str] | None = None,
@@ -49,9 +78,10 @@ def failed_notes(records: list[dict], tasks: set[str] | None = None,
             continue
         extra = "".join(f", {k} {v:.3g}" for k in ("nonfinite_fraction", "blowup_fraction")
                         if isinstance(v := (r.get("metrics") or {}).get(k), float) and v)
+        status = status_of(r)
+        reason = stale_reason(r) if status == "stale" else r.get("status_reason")
         out.append(f"excluded from the means: {r.get('task')}/{r.get('method')} seed "
-                   f"{r.get('seed')} [{r.get('preset')}] -- {r.get('status')}: "
-                   f"{r.get('status_reason')}{extra}")
+                   f"{r.get('seed')} [{r.get('preset')}] -- {status}: {reason}{extra}")
     return out
 
 

@@ -30,7 +30,10 @@ def _checksum(arrays: list[np.ndarray]) -> str:
 
 
 def cache_path(task: Task, split: str) -> Path:
-    meta = {"task": task.name, "split": split, "params": task.params_dict(), "v": CACHE_VERSION}
+    meta: dict[str, object] = {"task": task.name, "split": split,
+                               "params": task.params_dict(), "v": CACHE_VERSION}
+    if task.data_version:  # only when set, so existing caches keep their names
+        meta["data_version"] = task.data_version
     root = data_dir(task.data_dir)
     return root / task.name / f"{split}-{task.preset}-{config_hash(meta)}.h5"
 

@@ -100,6 +100,10 @@ class Method(ABC):
     #: REFERENCES.md "Constrained-PDE suite"); see ``shared_backbone``
     default_backbone: ClassVar[str] = "fm_ot"
     zero_shot_backbone: ClassVar[str] = "ffm"
+    #: bump when a change alters what ``fit`` or ``sample`` produces for the same config
+    #: (a bug fix): it is part of the checkpoint's and the record's identity, so stale
+    #: checkpoints are refitted and older records are left out of the leaderboard
+    version: ClassVar[int] = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

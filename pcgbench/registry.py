@@ -113,6 +113,13 @@ class Registry(Generic[T]):
             f"unknown {self.kind} {name!r}; {hint}see `pcgbench list {self.kind}s` for all"
         )
 
+    def lookup(self, name: str) -> T | None:
+        """``get`` without the error: None for an unknown name or one that cannot load."""
+        try:
+            return self.get(name) if name in self else None
+        except PcgError:
+            return None
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()
 

@@ -112,11 +112,28 @@ def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
     return method_cls(task, config, device)
 
 
+def code_versions(task: Task, method: Method | None = None) -> dict[str, int]:
+    """The nonzero code versions a result depends on: the task's (``version``,
+    ``data_version``), the method's and that of the pretrained method it builds on.
+    Zeros are left out so results from before versioning keep their identity."""
+    versions = {"task": task.version, "data": task.data_version}
+    if method is not None:
+        versions["method"] = method.version
+        pretrained = method.pretrained_name()
+        if pretrained is not None:
+            versions[f"pretrained:{pretrained}"] = METHODS.get(pretrained).version
+    return {k: v for k, v in versions.items() if v}
+
+
+def _with_versions(key: dict[str, Any], versions: dict[str, int]) -> dict[str, Any]:
+    return {**key, "code_versions": versions} if versions else key
+
+
 def run_key(task: Task, method: Method, opts: RunOptions,
             device: torch.device | None = None) -> dict[str, Any]:
-    """What a fitted model is: task parameters, data source, method config, seed, preset
-    and the kind of device it trained on (the checkpoint's identity)."""
-    return {
+    """What a fitted model is: task parameters, data source, method config, seed, preset,
+    the kind of device it trained on and the code versions (the checkpoint's identity)."""
+    return _with_versions({
         "task": task.name,
         "task_params": task.params_dict(),
         "data_file": opts.data_file,
@@ -126,7 +143,7 @@ def run_key(task: Task, method: Method, opts: RunOptions,
         "preset": opts.preset,
         "device_kind": (device or torch.device("cpu")).type,
         "record_version": RECORD_VERSION,
-    }
+    }, code_versions(task, method))
 
 
 def default_config(task: Task, method_cls: type[Method], preset: str) -> Any:
@@ -406,6 +423,7 @@ def data_reference_record(task: Task, opts: RunOptions) -> Path:
     key = {"task": task.name, "task_params": task.params_dict(), "data_file": opts.data_file,
            "method": "data", "config": {}, "seed": 0, "preset": opts.preset,
            "record_version": RECORD_VERSION}
+    key = _with_versions(key, code_versions(task))
     path, _ = _paths(root, key)
     if not opts.force and _read_record(path) is not None:  # a corrupt one is regenerated
         return path
@@ -606,6 +624,7 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
         "memory": {"train_peak_mb": train_peak, "sample_peak_mb": sampled.peak_mb,
                    "kind": mem_kind},
         "method_info": method.record_extras(),
+        "pretrained": method.pretrained_name(),
         "protocol": {**protocol_for(task.name, type(method)).as_record(),
                      "applied": bool(protocol_overrides(task.name, type(method), opts.preset)),
                      "overridden": sorted(set(opts.overrides) & set(

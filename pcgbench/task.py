@@ -141,6 +141,13 @@ class Task(ABC):
     #: channels that form a velocity vector (the ``spectrum`` metric's energy spectrum
     #: uses only these); None = every channel
     velocity_channels: ClassVar[tuple[int, ...] | None] = None
+    #: bump when a change alters what methods see or are scored by for the same
+    #: parameters (a chart, a constraint, a metric): part of every checkpoint's and
+    #: record's identity on this task, so stale fits are refitted and older records left
+    #: out of the leaderboard (see ``Method.version``)
+    version: ClassVar[int] = 0
+    #: bump when a change alters the generated data itself: also regenerates the cache
+    data_version: ClassVar[int] = 0
 
     def __init__(
         self,

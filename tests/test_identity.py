@@ -84,3 +84,58 @@ def test_latex_compiles_shapes_and_csv_is_one_table(dirs, capsys):
     assert lines[0].startswith("task,preset,row,method,mean")
     assert sum(line.startswith("task,") for line in lines) == 1  # one header
     assert {line.split(",")[0] for line in lines[1:]} == {"burgers", "heat"}
+
+
+def test_a_code_version_bump_refits_and_retires_older_records(dirs, capsys, monkeypatch):
+    """A fix that changes what a method fits (``Method.version``) is part of the
+    checkpoint's identity: the next run refits instead of loading the stale checkpoint,
+    and the older record leaves the leaderboard's means with a note saying why."""
+    from pcgbench.registry import METHODS
+
+    assert main(RUN) == 0
+    first = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]
+    assert "code_versions" not in first[0]  # version 0: identities from before versioning
+    monkeypatch.setattr(METHODS.get("fm_ot"), "version", 1)
+    out = _table(capsys)
+    assert "fm_ot (n=1)" not in out
+    assert "stale: recorded before a code fix (version method 0 < 1): rerun" in out
+    assert main(RUN) == 0
+    recs = {r["config_hash"]: r for r in read_records(dirs / "results")
+            if r["method"] == "fm_ot"}
+    assert len(recs) == 2
+    new = next(r for r in recs.values() if r.get("code_versions"))
+    assert new["code_versions"] == {"method": 1}
+    assert new["training"]["checkpoint_reused"] is False
+    assert new["checkpoint"] != first[0]["checkpoint"]
+    out = _table(capsys)
+    assert "fm_ot (n=1)" in out and "stale" in out  # the new record; the old one noted
+
+
+def test_code_versions_cover_task_data_and_the_pretrained_backbone(monkeypatch):
+    import torch
+
+    from pcgbench.datacache import cache_path
+    from pcgbench.leaderboard.tables import is_ok, stale_reason
+    from pcgbench.registry import METHODS, TASKS
+    from pcgbench.runner import RunOptions, build_method, build_task, run_key
+
+    opts = RunOptions(task="burgers", method="pcfm", preset="smoke")
+    task = build_task(opts)
+    method = build_method(task, opts, torch.device("cpu"))
+    base = run_key(task, method, opts)
+    cache = cache_path(task, "train")
+    assert "code_versions" not in base
+    monkeypatch.setattr(METHODS.get("fm_ot"), "version", 2)  # PCFM samples FM-OT's flow
+    assert run_key(task, method, opts)["code_versions"] == {"pretrained:fm_ot": 2}
+    monkeypatch.setattr(TASKS.get("burgers"), "version", 1)
+    assert run_key(task, method, opts)["code_versions"] == {"task": 1, "pretrained:fm_ot": 2}
+    assert cache_path(task, "train") == cache  # a chart fix keeps the data
+    monkeypatch.setattr(TASKS.get("burgers"), "data_version", 1)
+    assert cache_path(task, "train") != cache  # a data fix regenerates it
+    record = {"task": "burgers", "method": "pcfm", "pretrained": "fm_ot",
+              "code_versions": {"task": 1, "data": 1}}
+    assert stale_reason(record) == ("recorded before a code fix (version "
+                                    "pretrained:fm_ot 0 < 2): rerun")
+    assert not is_ok(record)
+    assert is_ok({**record, "code_versions": {"task": 1, "data": 1, "pretrained:fm_ot": 2}})
+    assert is_ok({"task": "no_such_task", "method": "mine"})  # unregistered: unchecked
