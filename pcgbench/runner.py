@@ -393,10 +393,36 @@ def _save_samples(record_path: Path, samples: torch.Tensor, reference: torch.Ten
     return str(out)
 
 
+#: a fit whose loss ends this many times above its lowest running median diverged (the
+#: cpu runs so far: at most 191 x for a healthy fit, Drifting on dynamic stall, whose
+#: loss is a squared drift norm; 7,000 x for Shortcut there, which blew up in its last
+#: 35 updates, 3.8e4 -> 1.7e10)
+LOSS_GROWTH_LIMIT = 1e3
+
+
+def loss_growth(losses: list[float]) -> float:
+    """The median of the last window of losses over the lowest median of any window
+    (window: 1/20 of the updates, at least 5): robust to single spikes and to noisy
+    minibatch losses; 1 for a fit that ends at its best, 0 when there are too few."""
+    n = len(losses)
+    w = max(5, n // 20)
+    if n < 2 * w:
+        return 0.0
+    import numpy as np
+
+    windows = np.lib.stride_tricks.sliding_window_view(np.asarray(losses, float), w)
+    medians = np.median(windows, axis=1)
+    lowest = float(medians.min())
+    if lowest <= 0:  # a loss that reaches 0 (or is signed) has no growth ratio
+        return 0.0
+    return float(medians[-1]) / lowest
+
+
 def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
                ) -> tuple[str, str | None]:
     """``("ok" | "diverged" | "invalid", reason)`` of a finished run.  A run whose config
-    trains or samples nothing, whose training loss is non-finite, or any of whose samples
+    trains or samples nothing, whose training loss is non-finite or diverged
+    (:func:`loss_growth` over ``LOSS_GROWTH_LIMIT``), or any of whose samples
     is non-finite or blown up (``blowup_fraction``) is recorded as such and never scored
     as a success (the leaderboard leaves it out of the means and says so)."""
     for name in ("iterations", "steps"):
@@ -404,6 +430,10 @@ def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
             return "invalid", f"the config trains or samples nothing ({name}=0)"
     if any(not math.isfinite(v) for v in fit_stats.losses):
         return "diverged", "the training loss became non-finite"
+    growth = loss_growth(fit_stats.losses)
+    if growth > LOSS_GROWTH_LIMIT:
+        return "diverged", (f"the training loss diverged: it ended {growth:.3g} x above its "
+                            f"lowest running median (limit {LOSS_GROWTH_LIMIT:g} x)")
     frac = metrics.get("nonfinite_fraction")
     if frac is not None and (math.isnan(frac) or frac > 0):
         return "diverged", f"{frac:.1%} of the samples are non-finite"

@@ -22,6 +22,7 @@ class _HalfNaNConfig(MethodConfig):
     nan_fraction: float = 0.5
     diverge: bool = False
     blowup: float = 0.0  # multiply the last sample of each batch by this (0: off)
+    nan_loss_growth: float = 0.0  # a finite loss curve that ends this many x its best
 
 
 class _HalfNaN(Method):
@@ -32,6 +33,9 @@ class _HalfNaN(Method):
     def fit(self, train, progress=True):
         if self.config.diverge:
             raise TrainingDiverged("fit half_nan: loss became non-finite at update 3")
+        if self.config.nan_loss_growth:
+            return FitStats(update_seconds=[0.0] * 300,
+                            losses=_curve(300, 1.0, self.config.nan_loss_growth))
         return FitStats(update_seconds=[0.0], losses=[0.0])
 
     def sample(self, cond, n, generator):
@@ -40,6 +44,39 @@ class _HalfNaN(Method):
         if self.config.blowup:
             x[-1] *= self.config.blowup
         return x
+
+
+def _curve(n: int, start: float, growth: float) -> list[float]:
+    """A noisy loss that halves over the first 9/10 of the updates, then grows
+    geometrically by ``growth`` over the last 1/10 (the shape of Shortcut's blow-up on
+    dynamic stall), with a one-update spike of 1e6 x in the middle."""
+    g = torch.Generator().manual_seed(0)
+    noise = 1 + 0.3 * torch.rand(n, generator=g)
+    k = n * 9 // 10
+    base = [start * (1 - 0.5 * i / k) for i in range(k)]
+    base += [base[-1] * growth ** ((i + 1) / (n - k)) for i in range(n - k)]
+    base[n // 2] *= 1e6
+    return [float(b * e) for b, e in zip(base, noise, strict=True)]
+
+
+def test_loss_growth_flags_a_blow_up_not_noise_or_a_spike():
+    from pcgbench.runner import LOSS_GROWTH_LIMIT, loss_growth
+
+    assert loss_growth(_curve(300, 5.0, 1.0)) < 1.5  # noisy, ends near its best, one spike
+    assert loss_growth(_curve(300, 5.0, 200.0)) < LOSS_GROWTH_LIMIT  # Drifting-like 191 x
+    assert loss_growth(_curve(300, 5.0, 1e5)) > LOSS_GROWTH_LIMIT
+    assert loss_growth([1.0] * 9) == 0.0  # too short to judge
+    assert loss_growth([0.0] * 50) == 0.0  # a loss at exactly zero has no ratio
+
+
+def test_a_loss_that_blows_up_is_a_diverged_run(dirs, capsys):
+    assert main([*RUN, "--method", "half_nan", "--set", "nan_fraction=0",
+                 "--set", "nan_loss_growth=1e5"]) == 1
+    (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "half_nan"]
+    assert rec["status"] == "diverged"
+    assert "the training loss diverged" in rec["status_reason"]
+    assert main([*RUN, "--method", "half_nan", "--set", "nan_fraction=0",
+                 "--set", "nan_loss_growth=2"]) == 0
 
 
 @pytest.fixture(autouse=True)
