@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 from pcgbench.errors import PcgError
 from pcgbench.leaderboard.reported import reported_csv
-from pcgbench.leaderboard.tables import _fmt, booktabs, is_ok, latex_escape
+from pcgbench.leaderboard.tables import _fmt, booktabs, is_ok, latex_escape, status_of
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,27 @@ def collect(records: list[dict], layout: AblationLayout, preset: str | None = No
     return out
 
 
-def _columns(cells: dict[tuple[str, str], list[float]], layout: AblationLayout) -> list[str]:
-    seen = {v for _, v in cells}
+def failed_cells(records: list[dict], layout: AblationLayout, preset: str | None = None
+                 ) -> dict[tuple[str, str | None], dict[tuple[str, str], str]]:
+    """{(preset, other changes): {(task, value): status}} of the cells whose runs all
+    failed (diverged, invalid, stale): shown as the status, never as a number or a gap."""
+    tasks = {t for t, _, _ in layout.benchmarks}
+    ok = collect(records, layout, preset)
+    out: dict[tuple[str, str | None], dict[tuple[str, str], str]] = defaultdict(dict)
+    for r in records:
+        if (r.get("method") != layout.method or r.get("task") not in tasks or is_ok(r)
+                or (preset is not None and r.get("preset") != preset)):
+            continue
+        group = (r.get("preset", "?"), other_changes(r, layout))
+        cell = (r["task"], str((r.get("config") or {}).get(layout.field, layout.default)))
+        if cell not in ok.get(group, {}):
+            out[group][cell] = status_of(r)
+    return out
+
+
+def _columns(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
+             failed: dict[tuple[str, str], str] | None = None) -> list[str]:
+    seen = {v for _, v in cells} | {v for _, v in failed or {}}
     return [v for v in layout.values if v in seen] + sorted(seen - set(layout.values))
 
 
@@ -131,15 +150,17 @@ def _cell(vals: list[float], fmt: str) -> str:
 
 
 def _measured_rows(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
-                   columns: list[str], fmt: str) -> list[list[str]]:
+                   columns: list[str], fmt: str,
+                   failed: dict[tuple[str, str], str] | None = None) -> list[list[str]]:
     bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
+    failed = failed or {}
     rows = []
     for task, name, _ in layout.benchmarks:
         means = {v: statistics.fmean(cells[(task, v)]) for v in columns if (task, v) in cells}
-        if not means:
+        if not means and not any((task, v) in failed for v in columns):
             continue
         best = min(means, key=means.get) if len(means) > 1 else None
-        rows.append([name] + [("–" if v not in means else
+        rows.append([name] + [(failed.get((task, v), "–") if v not in means else
                                bold(_cell(cells[(task, v)], fmt)) if v == best
                                else _cell(cells[(task, v)], fmt)) for v in columns])
     return rows
@@ -184,7 +205,10 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
     ('md'), LaTeX ('latex') or CSV ('csv'), then the paper's reported values."""
     layout = ablation_layout(name)
     groups = collect(records, layout, preset)
-    if not groups:
+    failed = failed_cells(records, layout, preset)
+    for group in failed:
+        groups.setdefault(group, {})
+    if not any(groups.values()) and not any(failed.values()):
         raise PcgError(f"no ok {layout.method} run records with metric {layout.metric!r} "
                        f"for ablation {name!r}" + (f" at preset {preset!r}" if preset else "")
                        + f" (tasks: {', '.join(t for t, _, _ in layout.benchmarks)}); run "
@@ -197,10 +221,10 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
     esc = latex_escape if fmt == "latex" else (lambda t: t)
     out = []
     for (p, rest), cells in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        columns = _columns(cells, layout)
+        columns = _columns(cells, layout, failed.get((p, rest)))
         title = (f"## ablation {name}: {layout.metric} (preset {p}"
                  + (f", also {rest}" if rest else "") + ")")
-        table = tabulate(_measured_rows(cells, layout, columns, fmt),
+        table = tabulate(_measured_rows(cells, layout, columns, fmt, failed.get((p, rest))),
                          headers=[esc(h) for h in ["benchmark"] + [
                              f"{layout.method_label}-{column_label(v)}" for v in columns]],
                          tablefmt=tablefmt, disable_numparse=True)

@@ -254,3 +254,29 @@ def test_ablation_splits_other_changes_from_the_objective():
     assert other_changes({"variant": None}, layout) is None
     assert other_changes({"variant": "delta_range=[0.01, 0.1],iterations=3,objective=imf"},
                          layout) == "delta_range=[0.01, 0.1],iterations=3"
+
+
+def test_a_failed_objective_shows_its_status_not_a_number_or_a_gap():
+    from pcgbench.leaderboard.ablation import render_ablation
+
+    def rec(objective: str, status: str, energy: float, finished: str) -> dict:
+        variant = None if objective == "native" else f"objective={objective}"
+        return {"task": "dynamic_stall", "method": "pmosfm", "preset": "cpu", "seed": 0,
+                "variant": variant, "config": {"objective": objective}, "status": status,
+                "metrics": {"energy": energy}, "finished": finished}
+
+    records = [rec("native", "ok", 5.1e6, "1"), rec("shortcut", "diverged", 1.2e10, "1"),
+               rec("imf", "diverged", 9.0, "1"), rec("imf", "ok", 1.4e7, "2")]
+    out = render_ablation(records, "one_step", reported=False)
+    row = next(line for line in out.splitlines() if line.startswith("| Dynamic Stall"))
+    cells = [c.strip(" *") for c in row.strip("|").split("|")]
+    header = next(line for line in out.splitlines() if line.startswith("| benchmark"))
+    names = [c.strip() for c in header.strip("|").split("|")]
+    got = dict(zip(names, cells, strict=True))
+    assert got["PMosFM-Shortcut"] == "diverged"  # not its 1.2e10, not a blank
+    assert float(got["PMosFM-iMF"]) == 1.4e7  # a later ok run of the cell counts
+    assert float(got["PMosFM-native"]) == 5.1e6
+    # every run failed: the table still prints, with the status
+    out = render_ablation(records[1:2], "one_step", reported=False)
+    row = next(line for line in out.splitlines() if line.startswith("| Dynamic Stall"))
+    assert [c.strip() for c in row.strip("|").split("|")] == ["Dynamic Stall", "diverged"]
