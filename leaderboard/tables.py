@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from pcgbench.registry import METRICS
+from pcgbench.registry import METHODS, METRICS, TASKS
 
 EXTRA_ROWS = (
     ("nfe", lambda r: r.get("nfe")),
@@ -37,8 +37,6 @@ def stale_reason(record: dict) -> str | None:
     """Why a record predates a code fix it depends on (its ``code_versions`` below the
     registered task's or method's ``version``), or None.  Unregistered tasks and methods
     (a plug-in not imported) cannot be checked and count as current."""
-    from pcgbench.registry import METHODS, TASKS
-
     have = record.get("code_versions") or {}
     now: dict[str, int] = {}
     if (task := TASKS.lookup(str(record.get("task")))) is not None:
