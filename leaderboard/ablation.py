@@ -117,12 +117,14 @@ def collect(records: list[dict], layout: AblationLayout, preset: str | None = No
     return out
 
 
-def failed_cells(records: list[dict], layout: AblationLayout, preset: str | None = None
+def failed_cells(records: list[dict], layout: AblationLayout,
+                 ok: dict[tuple[str, str | None], dict[tuple[str, str], list[float]]],
+                 preset: str | None = None
                  ) -> dict[tuple[str, str | None], dict[tuple[str, str], str]]:
-    """{(preset, other changes): {(task, value): status}} of the cells whose runs all
-    failed (diverged, invalid, stale): shown as the status, never as a number or a gap."""
+    """{(preset, other changes): {(task, value): status}} of the cells with no ok run in
+    ``ok`` (:func:`collect`'s cells) but failed ones (diverged, invalid, stale): shown as
+    the status, never as a number or a gap."""
     tasks = {t for t, _, _ in layout.benchmarks}
-    ok = collect(records, layout, preset)
     out: dict[tuple[str, str | None], dict[tuple[str, str], str]] = defaultdict(dict)
     for r in records:
         if (r.get("method") != layout.method or r.get("task") not in tasks or is_ok(r)
@@ -205,7 +207,7 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
     ('md'), LaTeX ('latex') or CSV ('csv'), then the paper's reported values."""
     layout = ablation_layout(name)
     groups = collect(records, layout, preset)
-    failed = failed_cells(records, layout, preset)
+    failed = failed_cells(records, layout, groups, preset)
     for group in failed:
         groups.setdefault(group, {})
     if not any(groups.values()) and not any(failed.values()):
