@@ -18,8 +18,10 @@ from pcgbench.task import Task
 
 
 def physics_residual(task: Task, x: Tensor, cond: Tensor | None, *, power: int = 2,
-                     constraints: bool = False) -> Tensor:
-    """Per-sample physics loss [B] of PHYSICAL fields ``x`` (see the module docstring)."""
+                     constraints: bool = False, channel_sum: bool = False) -> Tensor:
+    """Per-sample physics loss [B] of PHYSICAL fields ``x`` (see the module docstring);
+    ``channel_sum``: the evaluator residual's channels (dim 1) are summed, not averaged
+    (PBFM's reference adds its two dynamic-stall closures pointwise)."""
     if power not in (1, 2):
         raise PcgError(f"residual power must be 1 or 2, got {power}")
 
@@ -27,7 +29,8 @@ def physics_residual(task: Task, x: Tensor, cond: Tensor | None, *, power: int =
         r = r.reshape(x.shape[0], -1)
         return (r.abs() if power == 1 else r.pow(2)).mean(dim=1)
 
-    loss = norm(task.residual(x, cond))
+    res = task.residual(x, cond)
+    loss = norm(res) * (res.shape[1] if channel_sum and res.ndim > 2 else 1)
     if constraints:
         for c in task.constraints().values():
             loss = loss + norm(c(x, cond).to(loss.dtype))

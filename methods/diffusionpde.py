@@ -1,16 +1,22 @@
 """DiffusionPDE-style guidance (Huang et al. 2024) as run in the constrained-PDE suite, on the
 shared FM-OT backbone.
 
-REFERENCES.md "DiffusionPDE-style guidance (as run in the suite)": Heun-like Euler steps
-(the average of two velocity evaluations) plus a guidance step down the gradient of the
-constraint loss of the extrapolated endpoint.  For k = 0..n-1, t = k/n, dt = 1/n:
+REFERENCES.md "DiffusionPDE-style guidance (as run in the suite)": Euler steps with the
+average of two velocity evaluations plus a guidance step down the gradient of the
+constraint loss of the extrapolated endpoint.  By default (``step="reference"``) the
+step of the FM port the suite uses (PCFM ``pcfm/ffm_sampler.py`` ``guided_sample``; the
+same in amazon-science/ECI-sampling): for k = 0..n-1, t = k/n, dt = 1/n,
 
-    v1 = v(z, t);  z1_hat = z + (1 - t) v1;  x1_hat = decode(z1_hat)
-    L(z) = sum_b ||h(x1_hat_b)||^2 + w_res * sum_b mean(R(x1_hat_b)^2)
-    z_pred = z + dt v1;  v2 = v(z_pred, t + dt)           (skipped at the last step)
-    z <- z + dt (v1 + v2) / 2 - eta grad_z L               (gradient through the v1 call)
+    v = (v(z, t) + v(z, t + dt)) / 2   (both at the SAME z, detached; v(z, t) alone at
+                                        the last step)
+    z1_hat = z + (1 - t) v;  L = sum_b ||h(decode(z1_hat)_b)||^2 + w_res * sum_b mean(R^2)
+    z <- z + dt v - eta grad_z L       (v detached: grad_z L = grad L at z1_hat)
 
-so NFE = 2n - 1 (counted).  h are the task's hard constraints and R the task's evaluator
+``step="heun"`` (ours): a true Heun step, v2 evaluated at
+the predictor z + dt v(z, t), with the guidance gradient taken through the network call
+v(z, t) and the endpoint z + (1 - t) v(z, t).  NFE = 2n - 1 either way (counted).
+
+h are the task's hard constraints and R the task's evaluator
 residual (``task.residual``), both in physical units; ``residual_weight`` = 0 by default
 (constraint guidance only, as in the suite's FM ports).  n = 10 by default, so that the
 NFE, 19, is the paper's DiffusionPDE NFE 20 within one (per-task values: ``pcgbench.
@@ -18,9 +24,10 @@ protocol``).  ``h`` is evaluated on NORMALIZED states (it decodes them itself,
 ``BackboneSampler.guidance_objective``); an earlier version decoded twice and so
 minimised h(decode(decode(z))), whose zero is not the data.
 
-**Step size from the Jacobian's spectrum (ours).**  For an affine h one guidance step
-multiplies the constraint error by (I - 2 eta J J^T) (ignoring the network's Jacobian in
-the extrapolation), which is stable iff eta < 1 / lambda_max(J J^T).  A fixed eta cannot
+**Step size from the Jacobian's spectrum (ours, not the reference's eta = 200).**  For an
+affine h one guidance step multiplies the constraint error by (I - 2 eta J J^T) (exact
+with the detached velocity of the reference step), which is stable iff
+eta < 1 / lambda_max(J J^T).  A fixed eta cannot
 fit every task: lambda_max is ~8 for heat ``cl`` at cpu, ~300 for Kolmogorov's
 divergence, ~1e5 for Darcy's PDE residual.  By default (``guidance`` = None) each sample
 gets eta_b = ``guidance_c`` / lambda_max,b with lambda_max,b estimated by
@@ -43,6 +50,7 @@ from typing import Literal
 
 import torch
 
+from pcgbench.errors import PcgError
 from pcgbench.method import MethodConfig
 from pcgbench.methods._flow import bshape
 from pcgbench.methods._sampling import BackboneSampler
@@ -70,7 +78,10 @@ def spectral_radius(h, z: torch.Tensor, cond, iters: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DiffusionPDEConfig(MethodConfig):
-    steps: int = 10  # Heun-like steps n; NFE = 2n - 1
+    steps: int = 10  # steps n; NFE = 2n - 1
+    # "reference": the suite's FM port (velocities at the same point, detached);
+    # "heun": ours, predictor-corrector Heun with the gradient through the network
+    step: Literal["reference", "heun"] = "reference"
     guidance: float | None = None  # eta; None: guidance_c / lambda_max(J J^T) per sample
     guidance_c: float = 0.9
     power_iters: int = 10
@@ -85,7 +96,9 @@ class DiffusionPDE(BackboneSampler):
     """Heun-like FM sampling with gradient guidance on the extrapolated endpoint."""
 
     Config = DiffusionPDEConfig
-    description = "DiffusionPDE-style guidance: Heun steps - eta grad ||h(x1_hat)||^2"
+    description = "DiffusionPDE-style guidance: averaged-velocity steps - eta grad ||h(x1_hat)||^2"
+    #: 1: the reference port's step is the default (was the Heun step, now step="heun")
+    version = 1
 
     def __init__(self, task, config: DiffusionPDEConfig, device="cpu"):
         super().__init__(task, config, device)
@@ -138,8 +151,14 @@ class DiffusionPDE(BackboneSampler):
         eta = None
         clipped = torch.zeros(n, dtype=torch.long)
         self.last_info = {}
+        if cfg.step not in ("reference", "heun"):
+            raise PcgError(f"diffusionpde: step must be 'reference' or 'heun', got {cfg.step!r}")
         for k in range(cfg.steps):
             t, tn = k * dt, (k + 1) * dt
+            if cfg.step == "reference":
+                z, eta, hit = self._reference_step(z, t, tn, k, dt, eta, cond, guided, timer)
+                clipped += hit
+                continue
             z = z.detach().requires_grad_(guided)
             with timer.phase("network"), torch.set_grad_enabled(guided):
                 v1 = self.velocity(z, t, cond)
@@ -170,6 +189,29 @@ class DiffusionPDE(BackboneSampler):
             self.last_info["eta_median"] = float(eta.median())
         self.sample_breakdown = dict(timer.seconds)
         return self.decode(z.detach())
+
+    def _reference_step(self, z, t, tn, k, dt, eta, cond, guided, timer):
+        """One step of the suite's port (module docstring): (z, eta, clipped [B])."""
+        z = z.detach()
+        with timer.phase("network"), torch.no_grad():
+            v = self.velocity(z, t, cond)
+            if k < self.config.steps - 1:
+                v = 0.5 * (v + self.velocity(z, tn, cond))
+        hit = torch.zeros(z.shape[0], dtype=torch.long)
+        if guided:
+            with timer.phase("guidance"), torch.enable_grad():
+                z1_hat = (z + (1 - t) * v).requires_grad_(True)
+                if eta is None:
+                    eta = self.step_sizes(z1_hat.detach(), cond)
+                (grad,) = torch.autograd.grad(self.guidance_loss(z1_hat, cond), z1_hat)
+        with torch.no_grad():
+            z = z + dt * v
+            if guided:
+                with timer.phase("guidance"):
+                    step, clip = self.clipped(bshape(eta, z.ndim) * grad)
+                    z = z - step
+                    hit = clip.cpu().long()
+        return z, eta, hit
 
     def record_extras(self):
         return {"diffusionpde_" + k: v for k, v in self.last_info.items()}

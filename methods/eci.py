@@ -12,13 +12,12 @@ For each of n Euler steps (t = k/n, t' = t + 1/n), repeat ``n_mix`` times
   of the slice means), which is the orthogonal projection (shifting every slice to the
   initial slice's mean instead keeps u(0) fixed: an oblique projection);
 * interpolate  x = s x1 + (1 - s) eps, with s = t for the first n_mix - 1 repetitions
-  (mixing at the same noise level) and s = t' for the last one (the step).  Each noise
-  draw eps serves ``resample_step`` consecutive interpolations (counting all
-  interpolations of the run), the initial source noise the first ones; 0 = never redraw.
-  (An earlier version redrew before the very first interpolation, so for
-  ``resample_step`` k > 1 the source served none and every later draw k: off by one.)
-  Our reading of REFERENCES.md; the ECI code (amazon-science/ECI-sampling) was not
-  readable here.
+  (mixing at the same noise level) and s = t' for the last one (the step).  As in the
+  reference (amazon-science/ECI-sampling, ``models/functional.py`` ``eci_sample``), a
+  counter of repetitions is incremented *before* the test ``cnt % k == 0`` (k =
+  ``resample_step``), so eps is redrawn at repetitions k, 2k, ...: with k = 1 every
+  interpolation, the first included, uses fresh noise; with k > 1 the source serves the
+  first k - 1; 0 = never redraw.
 
 The output is the corrected x1 of the last step (t' = 1, so x = x1 exactly), which
 satisfies the constraints to round-off.  NFE = n * n_mix; defaults n = 20, n_mix = 1
@@ -75,6 +74,8 @@ class ECI(BackboneSampler):
 
     Config = ECIConfig
     description = "ECI: extrapolation-correction-interpolation, closed-form linear corrections"
+    #: 1: the noise counter is incremented before its test, as in the reference
+    version = 1
 
     def __init__(self, task, config: ECIConfig, device="cpu"):
         super().__init__(task, config, device)
@@ -159,9 +160,9 @@ class ECI(BackboneSampler):
                     v = self.velocity(x, t, cond)
                 with timer.phase("correction"):
                     x1 = correct(x + (1 - t) * v)
-                if cfg.resample_step > 0 and calls > 0 and calls % cfg.resample_step == 0:
-                    eps = self.noise(n, generator)
                 calls += 1
+                if cfg.resample_step > 0 and calls % cfg.resample_step == 0:
+                    eps = self.noise(n, generator)
                 sl = tn if j == cfg.n_mix - 1 else t
                 x = sl * x1 + (1 - sl) * eps
         self.sample_breakdown = dict(timer.seconds)

@@ -3,11 +3,18 @@
 Training: the conditional OT path x_t = (1 - t) x0 + t x1 (sigma_min = 0, x0 ~ N(0, I) in
 normalized units) with the flow-matching loss L_FM = E||v(x_t, t) - (x1 - x0)||^2, plus a
 residual loss on the predicted endpoint x^1 reached by ``n`` *differentiable* Euler steps
-of size (1 - t)/n from x_t (the first step reuses the FM prediction v(x_t, t)):
+of size (1 - t)/n from x_t (the first step reuses the FM prediction v(x_t, t)), as in the
+reference's ``cfm_loss_residual`` (tum-pbs/PBFM, ``*/flow_matching.py``):
 
-    L_R = E_batch mean_grid R(decode(x^1))^2,
+    e_b = mean_grid |R(decode(x^1_b))|^p,     L_R = mean_b(t_b) * mean_b(e_b),
 
 R the task's evaluator (``task.residual``) in physical units (``task.normalizer.decode``).
+Per benchmark, as the reference (``REFERENCE_RESIDUAL``): p = 1 on Darcy (mean |R|),
+p = 2 on Kolmogorov (squared divergence) and dynamic stall (squared closures, summed over
+the two closures before the grid mean).  The t-weighting is the reference's broadcast: its
+t [B, 1, 1, 1] times the per-sample error [B] averages to mean(t) * mean(e), a batch
+weight, not a per-sample one (``residual_t_weight="batch"``; ``"sample"`` is our
+per-sample mean_b(t_b e_b), ``"none"`` unweighted).
 The two parameter gradients are combined by ConFIG (``conflictfree.grad_operator.
 ConFIG_update``, the official implementation: unit gradients as rows of U, direction
 U^+ 1, length = sum of projections); when the residual gradient is not finite the
@@ -16,9 +23,9 @@ FM gradient alone is used (as in the reference code).  Unrolling curriculum n = 
 the weights (0.999) is used for sampling: explicit Euler, ``steps`` = 20 (NFE 20).
 
 Choices and departures (all config fields):
-- residual loss: the reference code's mean over the batch of t * mean_grid |R|
-  (``residual_power`` = 1, ``residual_t_weight`` = True; an earlier version used the
-  unweighted squared residual, ``residual_power=2, residual_t_weight=False``);
+- residual loss on tasks the reference does not cover (Burgers, the KF tasks, the suite,
+  HIT, TMT): p = 1 (mean |R|) with the batch t-weight (our choice); ``residual_power``
+  = 1 or 2 overrides the per-benchmark p everywhere;
 - the condition: the network is fed the task's condition on every task
   (``conditioned`` = True), the zero-shot constrained-PDE suite included, where the
   condition is the constraint data (IC, BC values) that the shared FFM backbone never
@@ -40,7 +47,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 from tqdm.auto import tqdm
@@ -69,8 +76,10 @@ class PBFMConfig(MethodConfig):
     unroll: int | None = None  # fixed unrolling depth; None = curriculum 1..max_unroll
     max_unroll: int = 4
     use_config: bool = True  # False: plain sum of the two gradients (ablation)
-    residual_t_weight: bool = True  # weight the residual loss by t (reference code)
-    residual_power: int = 1  # mean |R| (reference code); 2: mean R^2
+    # "batch": mean(t) * mean(e) (the reference's broadcast); "sample": mean(t_b e_b)
+    # (ours, per-sample weight); "none": mean(e)
+    residual_t_weight: Literal["batch", "sample", "none"] = "batch"
+    residual_power: int | None = None  # None: per benchmark (REFERENCE_RESIDUAL); 1 | 2
     conditioned: bool = True  # feed the condition also on zero-shot tasks
     ema_decay: float = 0.999
     ema_warmup: bool = True
@@ -80,6 +89,30 @@ class PBFMConfig(MethodConfig):
     def for_preset(cls, preset: str) -> PBFMConfig:
         iters, batch = PRESET_BUDGET[preset]
         return cls(backbone=preset_backbone(preset), iterations=iters, batch_size=batch)
+
+
+class ReferenceResidual(NamedTuple):
+    """How the reference's ``compute_residual`` reduces one benchmark's residual."""
+
+    power: int  # |R| (1) or R^2 (2)
+    channel_sum: bool = False  # sum the residual's channels (dim 1) before the grid mean
+
+
+#: the reference's residual loss per task (tum-pbs/PBFM): Darcy ``residual.abs()`` then
+#: the grid mean; Kolmogorov ``div(...).square()``; dynamic stall the squared ideal-gas
+#: and wall-shear residuals added pointwise.  Other tasks: ``DEFAULT_RESIDUAL`` (ours)
+REFERENCE_RESIDUAL: dict[str, ReferenceResidual] = {
+    "darcy": ReferenceResidual(1),
+    "kolmogorov": ReferenceResidual(2),
+    "dynamic_stall": ReferenceResidual(2, channel_sum=True),
+}
+DEFAULT_RESIDUAL = ReferenceResidual(1)
+
+
+def residual_spec(task: Task, power: int | None) -> ReferenceResidual:
+    """The residual reduction PBFM uses on ``task``: the reference's, or ``power``."""
+    ref = REFERENCE_RESIDUAL.get(task.name, DEFAULT_RESIDUAL)
+    return ref if power is None else ref._replace(power=power)
 
 
 def curriculum_depth(step: int, iterations: int, max_unroll: int = 4) -> int:
@@ -107,15 +140,23 @@ def unroll_endpoint(net, xt: torch.Tensor, t: torch.Tensor, n: int,
 
 def residual_loss(task: Task, x_norm: torch.Tensor, cond: torch.Tensor | None = None,
                   weight: torch.Tensor | None = None, power: int = 2,
-                  constraints: bool = False) -> torch.Tensor:
-    """Batch mean of the per-sample physics loss (``methods._physics.physics_residual``:
-    grid mean of |R|^power, plus the hard constraints when ``constraints``) of normalized
-    fields (decoded to physical units first); ``weight`` [B] multiplies each sample's term."""
+                  constraints: bool = False, t_weight: str = "sample",
+                  channel_sum: bool = False) -> torch.Tensor:
+    """The residual loss of normalized fields (decoded to physical units first) from the
+    per-sample physics loss e_b (``methods._physics.physics_residual``: grid mean of
+    |R|^power, plus the hard constraints when ``constraints``; with ``channel_sum`` the
+    evaluator's channels are summed, not averaged).  ``weight`` [B] (PBFM: t) enters as
+    ``t_weight``: "sample" mean_b(w_b e_b), "batch" mean_b(w_b) * mean_b(e_b) (the
+    reference's broadcast), "none" (or no weight) mean_b(e_b)."""
     per = physics_residual(task, task.normalizer.decode(x_norm), cond, power=power,
-                           constraints=constraints)
-    if weight is not None:
-        per = per * weight.reshape(-1)
-    return per.mean()
+                           constraints=constraints, channel_sum=channel_sum)
+    if weight is None or t_weight == "none":
+        return per.mean()
+    if t_weight == "batch":
+        return weight.mean() * per.mean()
+    if t_weight == "sample":
+        return (per * weight.reshape(-1)).mean()
+    raise PcgError(f"pbfm: residual_t_weight must be batch, sample or none, got {t_weight!r}")
 
 
 def config_combine(g_fm: torch.Tensor, g_res: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -145,6 +186,9 @@ class PBFM(Method):
 
     Config = PBFMConfig
     description = "PBFM: flow matching + unrolled residual loss, ConFIG (Baldan et al. 2025)"
+    #: 1: the reference's residual per benchmark and its batch t-weight (was mean |R|
+    #: with a per-sample t everywhere)
+    version = 1
 
     def __init__(self, task: Task, config: PBFMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)
@@ -157,6 +201,15 @@ class PBFM(Method):
         self.ema = copy.deepcopy(self.net).requires_grad_(False)
         self.velocity = self.counted(self.ema)
         self.with_constraints = sees_constraints(task, config.conditioned)
+        if config.residual_power not in (None, 1, 2):
+            raise PcgError(f"pbfm: residual_power must be 1, 2 or None (per benchmark), got "
+                           f"{config.residual_power}")
+        self.residual = residual_spec(task, config.residual_power)
+
+    def record_extras(self) -> dict:
+        return {"residual_power": self.residual.power,
+                "residual_channel_sum": self.residual.channel_sum,
+                "residual_t_weight": self.config.residual_t_weight}
 
     def modules(self) -> list[torch.nn.Module]:
         return [self.net]  # the EMA copy is not counted as parameters
@@ -178,9 +231,11 @@ class PBFM(Method):
         v = self.net(xt, t, cond)
         l_fm = (v - (x1 - x0)).pow(2).mean()
         x_hat = unroll_endpoint(self.net, xt, t, n, cond, v0=v)
-        w = t if self.config.residual_t_weight else None
-        return l_fm, residual_loss(self.task, x_hat, cond, w, power=self.config.residual_power,
-                                   constraints=self.with_constraints)
+        spec = self.residual
+        return l_fm, residual_loss(self.task, x_hat, cond, t, power=spec.power,
+                                   constraints=self.with_constraints,
+                                   t_weight=self.config.residual_t_weight,
+                                   channel_sum=spec.channel_sum)
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         """The PBFM update loop, timed like ``pcgbench.training.train_loop`` (synchronized

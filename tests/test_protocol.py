@@ -94,8 +94,8 @@ def test_spectral_radius_of_a_linear_constraint_matches_eigvalsh():
     torch.testing.assert_close(lam, exact, rtol=1e-6, atol=0)
 
 
-# -- ECI: each noise draw serves resample_step interpolations -----------------------------
-@pytest.mark.parametrize(("k", "draws"), [(1, 7), (2, 3), (3, 2), (0, 0)])
+# -- ECI: the reference's counter (incremented, then cnt % k == 0 redraws) -----------------
+@pytest.mark.parametrize(("k", "draws"), [(1, 8), (2, 4), (3, 2), (0, 0)])
 def test_eci_resample_count(k, draws, tmp_path, monkeypatch):
     task = TASKS.get("burgers")("smoke", data_dir=tmp_path / "data", progress=False)
     cls = METHODS.get("eci")
@@ -108,7 +108,8 @@ def test_eci_resample_count(k, draws, tmp_path, monkeypatch):
     orig = m.noise
     monkeypatch.setattr(m, "noise", lambda n, g: calls.append(n) or orig(n, g))
     m.sample(None, 2, torch.Generator().manual_seed(0))
-    # 8 interpolations; the source serves the first k, every later draw k more
+    # 8 interpolations (cnt = 1..8): a draw at every multiple of k, so with k = 1 even
+    # the first interpolation uses fresh noise (amazon-science/ECI-sampling eci_sample)
     assert len(calls) - 1 == draws
 
 

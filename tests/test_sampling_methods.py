@@ -192,6 +192,40 @@ def test_diffusionpde_guidance_reduces_constraint_at_equal_nfe(env):
     assert task.residual(xr).pow(2).mean() < task.residual(xp).pow(2).mean()
 
 
+def test_diffusionpde_default_is_the_reference_port_step(env):
+    """PCFM ffm_sampler.guided_sample: v = mean of v(u, t) and v(u, t + dt) at the SAME u
+    (detached), u1 = u + (1 - t) v, u <- u + v / n - eta grad_u L(u1).  The Heun option
+    (predictor point, gradient through the network) is a different sampler."""
+    steps, eta = 4, 2e-3
+    method = build(env, "diffusionpde", steps=steps, guidance=eta, max_step_rms=1e9)
+    assert method.config.step == "reference"
+    got = draw(method, n=3, seed=5)
+    z = method.noise(3, torch.Generator().manual_seed(5))  # the sampler's first draw
+    dt = 1.0 / steps
+    for k in range(steps):
+        t = k * dt
+        with torch.no_grad():
+            v = method.velocity(z, t, None)
+            if k < steps - 1:
+                v = 0.5 * (v + method.velocity(z, t + dt, None))
+        u1 = (z + (1 - t) * v).requires_grad_(True)
+        (grad,) = torch.autograd.grad(method.guidance_loss(u1, None), u1)
+        z = (z + dt * v - eta * grad).detach()
+    torch.testing.assert_close(got, method.decode(z), rtol=1e-5, atol=1e-6)
+    heun = build(env, "diffusionpde", steps=steps, guidance=eta, max_step_rms=1e9,
+                 step="heun")
+    for m, same in ((method, True), (heun, False)):  # where the second call is evaluated
+        seen = []
+        inner = m.velocity
+        m.velocity = lambda z_, t_, c_, inner=inner, seen=seen: (
+            seen.append((z_.detach().clone(), z_.requires_grad)) or inner(z_, t_, c_))
+        draw(m, n=3, seed=5)
+        assert m.nfe.count == 2 * steps - 1
+        pairs = [(seen[2 * k][0], seen[2 * k + 1][0]) for k in range(steps - 1)]
+        assert all(torch.equal(a, b) == same for a, b in pairs)
+        assert any(g for _, g in seen) == (not same)  # heun: gradient through the network
+
+
 def test_dflow_reduces_constraint_loss_and_counts_closures(env):
     method = build(env, "dflow", steps=3, iterations=4)
     draw(method)

@@ -217,3 +217,49 @@ def test_pcft_lean_adjoint_linear_drift(task):
         expect = expect * (1 - h * (1 - kap) / (k * h + h))
         torch.testing.assert_close(adj[k], expect, rtol=1e-4, atol=1e-4)
     assert cost.shape == (2,)
+
+
+# -- PBFM residual as in the reference (tum-pbs/PBFM cfm_loss_residual) --------------------
+def test_pbfm_t_weight_is_the_reference_batch_broadcast(task):
+    """The reference multiplies t [B, 1, 1, 1] by the per-sample error [B]: the mean of
+    that broadcast is mean(t) * mean(e), not mean(t_b e_b)."""
+    x = task.normalizer.encode(task.dataset("train").x[:6])
+    t = torch.linspace(0.05, 0.95, 6)
+    e = task.residual(task.normalizer.decode(x)).abs().flatten(1).mean(1)
+    broadcast = (t.view(-1, 1, 1, 1) * e).mean()  # the reference's expression
+    got = residual_loss(task, x, None, t, power=1, t_weight="batch")
+    torch.testing.assert_close(got, broadcast, rtol=1e-5, atol=0)
+    assert not torch.isclose(got, (t * e).mean(), rtol=1e-3)  # the per-sample weight
+    torch.testing.assert_close(residual_loss(task, x, None, t, power=1, t_weight="sample"),
+                               (t * e).mean(), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize(("name", "power", "channel_sum"), [
+    ("darcy", 1, False), ("kolmogorov", 2, False), ("dynamic_stall", 2, True),
+    ("burgers", 1, False)])
+def test_pbfm_residual_per_benchmark_follows_the_reference(task, name, power, channel_sum):
+    from pcgbench.methods.pbfm import residual_spec
+
+    class Named:  # residual_spec reads the task's name only
+        pass
+
+    named = Named()
+    named.name = name
+    spec = residual_spec(named, None)
+    assert (spec.power, spec.channel_sum) == (power, channel_sum)
+    assert residual_spec(named, 2).power == 2 and residual_spec(named, 1).power == 1
+    m = PBFM(task, PBFM.Config.for_preset("smoke"), "cpu")
+    assert m.config.residual_t_weight == "batch" and m.config.residual_power is None
+
+
+def test_pbfm_dynamic_stall_sums_the_two_closures(tmp_path):
+    from pcgbench.methods._physics import physics_residual
+    from pcgbench.registry import TASKS
+
+    ds = TASKS.get("dynamic_stall")("smoke", data_dir=tmp_path, progress=False)
+    data = ds.dataset("train")
+    x, c = data.x[:3], data.cond[:3]
+    noisy = x * (1 + 0.01 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0)))
+    r = ds.residual(noisy, c)
+    ref = (r[:, 0].pow(2) + r[:, 1].pow(2)).flatten(1).mean(1)  # reference: gas^2 + tau^2
+    torch.testing.assert_close(physics_residual(ds, noisy, c, power=2, channel_sum=True), ref)
