@@ -137,6 +137,49 @@ def failed_cells(records: list[dict], layout: AblationLayout,
     return out
 
 
+#: the per-run extras a fair one-step ablation must hold equal across its columns
+#: (``method_info`` keys of PMosFM records) and how a caption names them
+EXTRAS = (("spread_term", "spread term"), ("source_scale", "source"),
+          ("whitening", "P_s"))
+
+
+def extras_caption(records: list[dict], layout: AblationLayout, preset: str | None = None
+                   ) -> dict[tuple[str, str | None], str]:
+    """{(preset, other changes): caption} saying which extras (spread term, source scale,
+    whitening) the table's runs had: the same for every objective, or -- named -- that
+    the columns differ (then the table is not a like-for-like comparison)."""
+    tasks = {t for t, _, _ in layout.benchmarks}
+    seen: dict[tuple[str, str | None], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for r in records:
+        if (r.get("method") != layout.method or r.get("task") not in tasks or not is_ok(r)
+                or (preset is not None and r.get("preset") != preset)):
+            continue
+        info = r.get("method_info") or {}
+        value = str((r.get("config") or {}).get(layout.field, layout.default))
+        key = (r.get("preset", "?"), other_changes(r, layout))
+        seen[key][value].add(tuple(str(info.get(k, "?")) for k, _ in EXTRAS))
+    out = {}
+    for key, by_value in seen.items():
+        combos = set().union(*by_value.values())
+        if len(combos) == 1:
+            ((spread, source, white),) = combos
+            out[key] = ("Same extras for every objective: spread term "
+                        f"{'on' if spread == 'True' else 'off'}, source {source}, P_s "
+                        f"{white}" + (" (the paper's configuration)." if
+                                      (spread, source, white) == ("False", "unit", "full")
+                                      else "."))
+        else:
+            parts = []
+            for i, (_, name) in enumerate(EXTRAS):
+                vals = {v: sorted({c[i] for c in cs}) for v, cs in by_value.items()}
+                if len({x for xs in vals.values() for x in xs}) > 1:
+                    parts.append(f"{name}: " + ", ".join(
+                        f"{column_label(v)} {'/'.join(xs)}" for v, xs in sorted(vals.items())))
+            out[key] = ("NOT like for like: the objectives' runs differ in their extras ("
+                        + "; ".join(parts) + ").")
+    return out
+
+
 def _columns(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
              failed: dict[tuple[str, str], str] | None = None) -> list[str]:
     seen = {v for _, v in cells} | {v for _, v in failed or {}}
@@ -180,7 +223,8 @@ def reported_frame(layout: AblationLayout) -> pd.DataFrame:
     return table.loc[rows, [v for v in layout.values if v in table.columns]]
 
 
-def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None) -> str:
+def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
+         captions: dict | None = None) -> str:
     names = {t: n for t, n, _ in layout.benchmarks}
     long = []
     for (p, rest), cells in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
@@ -189,7 +233,8 @@ def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None) ->
                          "variant": column_label(value), "metric": layout.metric,
                          "mean": statistics.fmean(vals),
                          "std": statistics.stdev(vals) if len(vals) > 1 else float("nan"),
-                         "seeds": len(vals), "source": "measured"})
+                         "seeds": len(vals), "source": "measured",
+                         "extras": (captions or {}).get((p, rest), "")})
     if reported is not None:
         bench = {b: n for _, n, b in layout.benchmarks}
         for b in reported.index:
@@ -218,9 +263,10 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
                        f"{layout.field}=...` first")
     rep = reported_frame(layout) if reported else None
     if fmt == "csv":
-        return _csv(groups, layout, rep)
+        return _csv(groups, layout, rep, extras_caption(records, layout, preset))
     tablefmt = "pipe" if fmt == "md" else "latex_raw"
     esc = latex_escape if fmt == "latex" else (lambda t: t)
+    captions = extras_caption(records, layout, preset)
     out = []
     for (p, rest), cells in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         columns = _columns(cells, layout, failed.get((p, rest)))
@@ -230,6 +276,9 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
                          headers=[esc(h) for h in ["benchmark"] + [
                              f"{layout.method_label}-{column_label(v)}" for v in columns]],
                          tablefmt=tablefmt, disable_numparse=True)
+        caption = captions.get((p, rest))
+        if caption:
+            table += ("\n\n" if fmt == "md" else "\n% ") + caption
         out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
                    + (booktabs(table) if fmt == "latex" else table))
     if rep is not None:

@@ -15,7 +15,7 @@ from pcgbench.cli import main
 from pcgbench.errors import UnknownNameError
 from pcgbench.methods.onestep import OBJECTIVES, PAPER_ORDER, UNREGISTERED
 from pcgbench.methods.onestep.base import PathBatch, velocity_jvp
-from pcgbench.methods.pmosfm import PMosFM, PMosFMConfig
+from pcgbench.methods.pmosfm import PMosFM, PMosFMConfig, PMosFMTunedConfig
 from pcgbench.tasks.burgers import BurgersTask
 
 
@@ -183,8 +183,9 @@ def test_registry_order_and_unknown_names(task):
 
 
 #: PMosFM at smoke on Burgers, torch.manual_seed(0), fitted before objectives were
-#: pluggable (torch 2.13 CPU): the loss of every update and the sum of |w| and w^2 over
-#: the network's weights, as exact float hex
+#: pluggable (torch 2.13 CPU), with the defaults of that time (now pmosfm_tuned's): the
+#: loss of every update and the sum of |w| and w^2 over the network's weights, as exact
+#: float hex
 BEFORE = [
     (dict(iterations=3),
      ["0x1.fc98e00000000p-2", "0x1.0cf7380000000p-1", "0x1.faece80000000p-2"],
@@ -199,7 +200,7 @@ BEFORE = [
 @pytest.mark.parametrize("changes,losses,abs_sum,sq_sum", BEFORE)
 def test_native_default_trains_bit_for_bit_as_before(task, changes, losses, abs_sum, sq_sum):
     torch.manual_seed(0)
-    m = PMosFM(task, PMosFMConfig.for_preset("smoke").replace(**changes))
+    m = PMosFM(task, PMosFMTunedConfig.for_preset("smoke").replace(**changes))
     assert m.config.objective == "native"
     stats = m.fit(task.dataset("train"), progress=False)
     assert [float.hex(v) for v in stats.losses] == losses
@@ -221,7 +222,7 @@ def test_every_objective_runs_with_nfe_one_and_the_ablation_table(dirs, capsys):
     for name, r in by_objective.items():
         assert r["nfe"] == 1 and r["status"] == "ok", name
         assert r["config"]["objective"] == name
-        assert r["method_info"]["spread_term"] == (name == "native")
+        assert r["method_info"]["spread_term"] is False  # pmosfm: the paper's, no extras
         assert r["variant"] == ("iterations=3" if name == "native"
                                 else f"iterations=3,objective={name}")
     capsys.readouterr()
@@ -263,7 +264,8 @@ def test_a_failed_objective_shows_its_status_not_a_number_or_a_gap():
         variant = None if objective == "native" else f"objective={objective}"
         return {"task": "dynamic_stall", "method": "pmosfm", "preset": "cpu", "seed": 0,
                 "variant": variant, "config": {"objective": objective}, "status": status,
-                "metrics": {"energy": energy}, "finished": finished}
+                "metrics": {"energy": energy}, "finished": finished,
+                "code_versions": {"method": PMosFM.version}}
 
     records = [rec("native", "ok", 5.1e6, "1"), rec("shortcut", "diverged", 1.2e10, "1"),
                rec("imf", "diverged", 9.0, "1"), rec("imf", "ok", 1.4e7, "2")]
@@ -280,3 +282,44 @@ def test_a_failed_objective_shows_its_status_not_a_number_or_a_gap():
     out = render_ablation(records[1:2], "one_step", reported=False)
     row = next(line for line in out.splitlines() if line.startswith("| Dynamic Stall"))
     assert [c.strip() for c in row.strip("|").split("|")] == ["Dynamic Stall", "diverged"]
+
+
+@pytest.mark.parametrize("name", ["native", "meanflow", "drifting"])
+def test_the_spread_term_is_the_same_extra_for_every_objective(task, name):
+    """A fair ablation: with spread_weight > 0 every objective gets the spread term
+    (native on its own (0, 1) draws, the others on one extra one-step batch); with
+    spread_weight = 0 (pmosfm, the paper's) none does."""
+    torch.manual_seed(0)
+    cfg = PMosFMTunedConfig.for_preset("smoke").replace(iterations=2, objective=name)
+    m = PMosFM(task, cfg)
+    assert m.info["spread_term"] is True
+    calls = []
+    orig = m.spread_loss
+    m.spread_loss = lambda x: calls.append(len(x)) or orig(x)
+    m.fit(task.dataset("train"), progress=False)
+    assert calls or name == "native"  # native: only when >= 4 draws are (0, 1)
+    off = PMosFM(task, cfg.replace(spread_weight=0.0))
+    assert off.info["spread_term"] is False
+    off.spread_loss = lambda x: pytest.fail("spread term with spread_weight = 0")
+    off.fit(task.dataset("train"), progress=False)
+
+
+def test_the_ablation_caption_says_which_extras_every_objective_had():
+    from pcgbench.leaderboard.ablation import render_ablation
+
+    def rec(objective: str, spread: bool, source: str = "unit") -> dict:
+        return {"task": "burgers", "method": "pmosfm", "preset": "cpu", "seed": 0,
+                "variant": None if objective == "native" else f"objective={objective}",
+                "config": {"objective": objective}, "status": "ok", "finished": "1",
+                "metrics": {"energy": 1.0}, "code_versions": {"method": PMosFM.version},
+                "method_info": {"spread_term": spread, "source_scale": source,
+                                "whitening": "full"}}
+
+    fair = render_ablation([rec("native", False), rec("imf", False)], "one_step",
+                           reported=False)
+    assert ("Same extras for every objective: spread term off, source unit, P_s full "
+            "(the paper's configuration).") in fair
+    unfair = render_ablation([rec("native", True, "spectral"), rec("imf", False)],
+                             "one_step", reported=False)
+    assert "NOT like for like" in unfair and "spread term: iMF False, native True;" in unfair
+    assert "source: iMF unit, native spectral" in unfair

@@ -8,7 +8,13 @@ import io
 import pytest
 import torch
 
-from pcgbench.methods.pmosfm import PMosFM, PMosFMConfig
+from pcgbench.methods.pmosfm import (
+    TUNED_DEPARTURES,
+    PMosFM,
+    PMosFMConfig,
+    PMosFMTuned,
+    PMosFMTunedConfig,
+)
 from pcgbench.tasks.burgers import BurgersTask
 
 
@@ -284,13 +290,39 @@ def test_spread_term_is_off_on_field_conditioned_tasks(tmp_path):
     assert m.info["spread_term"] is False
 
 
+def test_pmosfm_defaults_are_the_papers_algorithm(task, tmp_path):
+    """pmosfm: exact P_s on every task, the N(0, I) source, no spread term, the chart's
+    own decoder at sampling -- at every preset; pmosfm_tuned differs exactly in
+    TUNED_DEPARTURES."""
+    from dataclasses import fields
+
+    from pcgbench.registry import METHODS, TASKS
+
+    kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
+    for preset in ("smoke", "cpu", "paper"):
+        cfg = PMosFMConfig.for_preset(preset)
+        assert (cfg.whitening, cfg.whitening_rank_fraction, cfg.source_scale,
+                cfg.spread_weight, cfg.sample_decode) == ("full", None, "unit", 0.0, "chart")
+        tuned = PMosFMTunedConfig.for_preset(preset)
+        diff = {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(tuned, f.name)}
+        assert diff == set(TUNED_DEPARTURES)
+        assert all(getattr(tuned, k) == v for k, (v, _) in TUNED_DEPARTURES.items())
+    for t in (task, kf):
+        info = PMosFM(t, PMosFMConfig.for_preset("smoke")).info
+        assert (info["whitening"], info["source_scale"], info["spread_term"]) == (
+            "full", "unit", False)
+    assert METHODS.get("pmosfm_tuned") is PMosFMTuned
+    assert set(PMosFMTuned.departures) == set(TUNED_DEPARTURES)
+    assert PMosFMTuned.version == PMosFM.version >= 1
+
+
 def test_whitening_auto_resolves_per_condition_kind(task, tmp_path):
     from pcgbench.registry import TASKS
 
-    assert PMosFM(task, PMosFMConfig.for_preset("smoke")).info["whitening"] == "none"
+    assert PMosFM(task, PMosFMTunedConfig.for_preset("smoke")).info["whitening"] == "none"
     kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
-    assert PMosFM(kf, PMosFMConfig.for_preset("smoke")).info["whitening"] == "full"
-    cfg = PMosFMConfig.for_preset("smoke").replace(whitening="diagonal")
+    assert PMosFM(kf, PMosFMTunedConfig.for_preset("smoke")).info["whitening"] == "full"
+    cfg = PMosFMTunedConfig.for_preset("smoke").replace(whitening="diagonal")
     assert PMosFM(kf, cfg).info["whitening"] == "diagonal"
 
 
@@ -299,10 +331,11 @@ def test_source_scale_auto_resolves_per_condition_kind(task, tmp_path):
     unit source on field-conditioned tasks; an explicit setting wins."""
     from pcgbench.registry import TASKS
 
-    assert PMosFM(task, PMosFMConfig.for_preset("smoke")).info["source_scale"] == "spectral"
+    tuned = PMosFMTunedConfig.for_preset("smoke")
+    assert PMosFM(task, tuned).info["source_scale"] == "spectral"
     kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
-    assert PMosFM(kf, PMosFMConfig.for_preset("smoke")).info["source_scale"] == "unit"
-    cfg = PMosFMConfig.for_preset("smoke").replace(source_scale="unit")
+    assert PMosFM(kf, tuned).info["source_scale"] == "unit"
+    cfg = tuned.replace(source_scale="unit")
     assert PMosFM(task, cfg).info["source_scale"] == "unit"
 
 
@@ -312,9 +345,9 @@ def test_default_whitening_generalizes_where_it_is_used(tmp_path):
     tests/test_whitening_generalization.py); None restores the paper's exact P_s."""
     from pcgbench.registry import TASKS
 
-    assert PMosFMConfig().whitening_rank_fraction == 0.25
+    assert PMosFMTunedConfig().whitening_rank_fraction == 0.25
     kf = TASKS.get("kf_reconstruction")("smoke", data_dir=tmp_path, progress=False)
-    m = PMosFM(kf, PMosFMConfig.for_preset("smoke").replace(iterations=1))
+    m = PMosFM(kf, PMosFMTunedConfig.for_preset("smoke").replace(iterations=1))
     m.fit(kf.dataset("train"), progress=False)
     n_train = len(kf.dataset("train").x)
     assert m.whitening.evecs.shape[-1] == max(1, int(0.25 * n_train))

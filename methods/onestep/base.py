@@ -44,8 +44,9 @@ class OneStepObjective(ABC):
     name: ClassVar[str] = ""  # set by the registry
     #: the paper's column name (its table says ``PMosFM-<paper_label>``)
     paper_label: ClassVar[str] = ""
-    #: whether PMosFM's spread-matching term (not in the paper) applies: it is measured
-    #: on the native core's (0, 1) draws, so only the native objective has it
+    #: whether the objective computes PMosFM's spread-matching term (not in the paper)
+    #: itself (native: on its own (0, 1) draws); for the others PMosFM adds the same term
+    #: on one extra one-step batch, so every objective gets the same extras
     spread_term: ClassVar[bool] = False
     #: the objective needs the whole PMosFM (chart decode, metric), not only a velocity
     needs_chart: ClassVar[bool] = False

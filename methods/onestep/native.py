@@ -16,7 +16,7 @@ from torch import Tensor
 
 from pcgbench.methods._flow import bshape
 from pcgbench.methods.onestep.base import OneStepObjective
-from pcgbench.methods.pmosfm import PMosFM, clipped_sum, shell_power
+from pcgbench.methods.pmosfm import PMosFM, clipped_sum
 
 
 class Losses(NamedTuple):
@@ -103,13 +103,7 @@ class NativeObjective(OneStepObjective):
         if m_._spread_active and int(ends.sum()) >= 4:
             # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
             # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
-            one_step = m_._unscaled((r0 + u_st)[ends])
-            if m_._shell_power_data is not None:
-                log_p = (shell_power(one_step, m_._shells) + 1e-12).log()
-                l_spread = (log_p - (m_._shell_power_data + 1e-12).log()).pow(2).mean()
-            else:
-                spread = one_step.flatten(1).var(0, unbiased=True).mean().sqrt()
-                l_spread = (spread / m_.info["r_spread"] - 1).pow(2)
+            l_spread = m_.spread_loss(m_._unscaled((r0 + u_st)[ends]))
         keep = t > s
         if cfg.gamma >= 1.0 or not bool(keep.any()):
             return Losses(l_fm, None, l_spread)
