@@ -13,6 +13,11 @@ of one sampler side by side, e.g. the dense and the coloured Jacobian of PCFM on
 
     python benchmarks/inference_speed.py --task darcy --batch-size 16 --repeats 3 \
         --methods pcfm:jacobian=dense pcfm:jacobian=auto
+
+``--record`` also writes the per-repeat seconds per sample of every method as one
+benchmark record (``pcgbench.benchrecords``, with the device and the machine's load at
+start and end), the only CPU timing source ``pcgbench audit`` uses; a method with
+overrides is the column ``name[key=value]``.
 """
 
 from __future__ import annotations
@@ -40,7 +45,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--results", default=None)
+    ap.add_argument("--record", action="store_true",
+                    help="write the measurement as a benchmark record (for pcgbench audit)")
     args = ap.parse_args()
+    from pcgbench.benchrecords import machine_load
+
+    load = {"start": machine_load()}
 
     device = environment.resolve_device(args.device)
     loaded = {}
@@ -97,6 +107,18 @@ def main() -> None:
           f"{environment.device_description(device)}, median of {args.repeats}")
     print(tabulate(rows, headers=["method", "NFE", "ms / sample", f"speed-up vs {ref}",
                                   "breakdown per sample"], tablefmt="pipe"))
+    if args.record:
+        from pcgbench.benchrecords import write_benchmark_record
+
+        load["end"] = machine_load()
+        cols = {n: n.replace(":", "[", 1) + "]" if ":" in n else n for n in loaded}
+        path = write_benchmark_record(
+            results_dir(args.results), "inference_speed", args.task, args.preset, device,
+            "seconds_per_sample", {cols[n]: [t / b for t in times[n]] for n in loaded},
+            {cols[n]: n.partition(":")[0] for n in loaded}, load,
+            {"batch_size": b, "repeats": args.repeats, "seed": args.seed,
+             "nfe": {cols[n]: nfe[n] for n in loaded}})
+        print(f"record: {path}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,11 @@ holds its normalized copy of the training set):
 The configurations run one after another, so slowly varying background load on a shared
 machine can bias individual rows; ``--rounds R`` repeats the whole sweep and reports the
 median over rounds of each configuration's time and memory.  The printed header says which
-device and preset.
+device and preset.  ``--record`` also writes, per task, two benchmark records
+(``pcgbench.benchrecords``): every timed update's seconds (pooled over rounds) and every
+round's peak memory per configuration (``pbfm[unroll=n]``, ``pmosfm``, ...), with the
+machine's load at start and end; ``pcgbench audit`` reads its training-time and memory
+claims only from these (or from GPU run records).
 PCFT (``--methods ... pcft``): an update is a full SDE rollout, an adjoint of the same
 number of steps and the matched-drift terms (100 steps and ~40 terms at ``paper``, 20
 and ~12 at ``cpu``), so it gets its own, smaller count
@@ -51,7 +55,7 @@ import os
 import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -75,6 +79,7 @@ class Row:
     update_s: float
     peak_mb: float
     memory_kind: str
+    update_seconds: list[float] = field(default_factory=list)  # every timed update
 
 
 def _rss_bytes() -> int:
@@ -169,7 +174,7 @@ def measure(task, label: str, method_name: str, overrides: dict, args, device) -
             stats = method.fit(train, progress=not args.quiet)
         peak, kind = mem.delta_mb, "cpu_peak_rss_delta"
     secs = stats.update_seconds[warmup:] or stats.update_seconds
-    row = Row(task.name, label, statistics.median(secs), peak, kind)
+    row = Row(task.name, label, statistics.median(secs), peak, kind, list(secs))
     del method, stats
     _trim()
     return row
@@ -247,7 +252,11 @@ def main() -> None:
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--no-process-warmup", action="store_true",
                     help="skip the untimed 1-update run of every method before measuring")
+    ap.add_argument("--record", action="store_true",
+                    help="write per-task benchmark records (for pcgbench audit)")
     args = ap.parse_args()
+    from pcgbench.benchrecords import machine_load, write_benchmark_record
+    from pcgbench.storage import results_dir
 
     device = environment.resolve_device(args.device)
     rows: list[Row] = []
@@ -265,6 +274,7 @@ def main() -> None:
                                              "pcft_warmup": 0, "pcft_updates": 1})
                 measure(task, label, name, over, warm, device)
         per_round: dict[str, list[Row]] = {}
+        load = {"start": machine_load()}
         for r in range(args.rounds):
             for label, name, over in configurations(args.methods):
                 row = measure(task, label, name, over, args, device)
@@ -274,6 +284,23 @@ def main() -> None:
         for label, rs in per_round.items():
             rows.append(Row(tname, label, statistics.median(x.update_s for x in rs),
                             statistics.median(x.peak_mb for x in rs), rs[0].memory_kind))
+        if args.record:
+            load["end"] = machine_load()
+            names = {lb: name for lb, name, _ in configurations(args.methods)}
+            cols = {lb: (f"pbfm[unroll={lb[5:]}]" if lb.startswith("PBFM-") else names[lb])
+                    for lb in per_round}
+            settings = {"batch_size": args.batch_size or PRESET_BUDGET[args.preset][1],
+                        "updates": args.updates, "warmup": args.warmup,
+                        "rounds": args.rounds, "seed": args.seed,
+                        "memory_kind": next(iter(per_round.values()))[0].memory_kind}
+            for metric, get in (("seconds_per_update",
+                                 lambda rs: [s for x in rs for s in x.update_seconds]),
+                                ("peak_mb", lambda rs: [x.peak_mb for x in rs])):
+                path = write_benchmark_record(
+                    results_dir(args.results), "training_cost", tname, args.preset, device,
+                    metric, {cols[lb]: get(rs) for lb, rs in per_round.items()},
+                    {cols[lb]: names[lb] for lb in per_round}, load, settings)
+                print(f"record: {path}")
     desc = environment.device_description(device)
     print_table(rows, list(args.task), desc, args)
     if args.csv:

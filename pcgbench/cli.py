@@ -124,10 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chart", default=None)
     p.add_argument("--device", default="cpu")
 
-    p = sub.add_parser("audit", help="the paper's claims about PMosFM with our measured "
-                       "values (from the run records) and computed verdicts")
+    p = sub.add_parser("audit", help="the paper's own claims (quoted, with location), each "
+                       "judged on our records by a stated statistical rule")
     _add_common(p)
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="device kind of the records judged (never pooled)")
+    p.add_argument("--method", choices=["pmosfm", "pmosfm_tuned"], default="pmosfm",
+                   help="the column judged: the paper's PMosFM (default) or ours")
     p.add_argument("--format", choices=["md", "csv"], default="md")
 
     p = sub.add_parser("sweep", help="the task x method x seed matrix as submitit jobs "
@@ -424,21 +428,34 @@ def cmd_show_config(args: argparse.Namespace) -> None:
 def cmd_audit(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from pcgbench.audit import audit_rows
+    from pcgbench.audit import RULE, audit_rows
+    from pcgbench.benchrecords import load_benchmark_records
     from pcgbench.leaderboard import load_records
     from pcgbench.presets import check_preset
     from pcgbench.storage import results_dir
 
     check_preset(args.preset)
-    df = pd.DataFrame(audit_rows(load_records(results_dir(args.results)), args.preset))
+    root = results_dir(args.results)
+    rows = audit_rows(load_records(root), args.preset, args.device,
+                      load_benchmark_records(root), args.method)
+    df = pd.DataFrame(rows)
     if args.format == "csv":
         print(df.to_csv(index=False), end="")
         return
-    counts = df["verdict"].str.split(" ").str[0].str.rstrip(":").value_counts()
-    print(f"audit of the paper's claims at preset {args.preset!r} (verdicts computed from "
-          "the run records; paper values are the authors', on their data and GPU)\n")
-    print(df.to_markdown(index=False))
-    print("\n" + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+    print(f"# audit of the PMosFM paper's claims: `{args.method}` at preset {args.preset!r}, "
+          f"{args.device} records\n\nRule: {RULE}.  Paper values are the authors' (their "
+          "data and GPU); ours are in the lines below.\n")
+    for cid, group in df.groupby("id", sort=False):
+        first = group.iloc[0]
+        print(f"## {cid} ({first['location']})\n\n> {first['quote']}\n\n"
+              f"Test: {first['test']}\n")
+        print(group[["task", "ours", "verdict", "data"]].to_markdown(index=False) + "\n")
+    counts = df["verdict"].str.split(":").str[0].value_counts()
+    print(", ".join(f"{k}: {v}" for k, v in counts.items()) + "\n")
+    for task in dict.fromkeys(df["task"]):
+        line = df.loc[df["task"] == task, "provenance"].iloc[0]
+        if line:
+            print(f"data ({task}): {line}")
 
 
 def cmd_data(args: argparse.Namespace) -> None:
