@@ -17,10 +17,15 @@ EXTRA_ROWS = (
     ("nfe", lambda r: r.get("nfe")),
     ("time/sample [s]", lambda r: (r.get("inference") or {}).get("seconds_per_sample")),
     ("train [s/update]", lambda r: (r.get("training") or {}).get("seconds_per_update")),
-    ("peak memory [MB]", lambda r: (r.get("memory") or {}).get("train_peak_mb")),
+    ("train peak memory [MB]", lambda r: (r.get("memory") or {}).get("train_peak_mb")),
     ("parameters", lambda r: r.get("parameters")),
 )
-LOWER_IS_BETTER_EXTRAS = {"nfe", "time/sample [s]", "train [s/update]", "peak memory [MB]"}
+LOWER_IS_BETTER_EXTRAS = {"nfe", "time/sample [s]", "train [s/update]",
+                          "train peak memory [MB]"}
+#: timing rows and the run phase whose machine load they depend on (record ``load``)
+TIMING_ROWS = {"time/sample [s]": "sample", "train [s/update]": "fit"}
+#: the mark of a timing cell measured under load (1-min load average > CPU count)
+LOADED_MARK = "†"
 
 
 def _num(v: Any) -> float | None:
@@ -85,9 +90,18 @@ def failed_notes(records: list[dict], tasks: set[str] | None = None,
 
 def column_label(record: dict) -> str:
     """A leaderboard column is one identity: the method's default config (its name), or a
-    named variant ``method[variant]`` (a --set / --chart / --data-file / --tag run)."""
+    named variant ``method[variant]`` (a --set / --chart / --data-file / --tag run), on
+    one device kind: CPU columns are unmarked, others carry it (``fm_ot@cuda``), so CPU
+    and GPU records are never averaged together."""
     variant = record.get("variant")
-    return record["method"] if not variant else f"{record['method']}[{variant}]"
+    label = record["method"] if not variant else f"{record['method']}[{variant}]"
+    kind = str(record.get("device_kind") or "cpu")
+    return label if kind == "cpu" else f"{label}@{kind}"
+
+
+def method_of(column: str) -> str:
+    """The method name of a column label (variant and device kind removed)."""
+    return column.split("[", 1)[0].split("@", 1)[0]
 
 
 def group_records(records: list[dict], variants: bool = False
@@ -112,8 +126,15 @@ def group_records(records: list[dict], variants: bool = False
 
 
 def _method_order(methods: list[str]) -> list[str]:
-    data = sorted(m for m in methods if m.split("[", 1)[0] == "data")
-    return data + sorted(m for m in methods if m not in data)
+    """``data`` first, then by method name, a method's derived column (``departs_from``:
+    ``pmosfm_tuned``) right after the method it departs from."""
+    def key(m: str) -> tuple[str, int, str]:
+        name = method_of(m)
+        base = getattr(METHODS.lookup(name), "departs_from", None) if name in METHODS else None
+        return (base or name, int(base is not None), m)
+
+    data = sorted(m for m in methods if method_of(m) == "data")
+    return data + sorted((m for m in methods if m not in data), key=key)
 
 
 def _higher_is_better(row: str) -> bool:
@@ -138,20 +159,54 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
     methods = _method_order(list(by_method))
     mean = pd.DataFrame(index=rows, columns=methods, dtype=float)
     std = pd.DataFrame(index=rows, columns=methods, dtype=float)
+    flags: dict[tuple[str, str], tuple[str, int, int]] = {}
     for m in methods:
         for row in rows:
             vals = [v for v in (_num(getters[row](r)) for r in by_method[m]) if v is not None]
-            vals = [v for v in vals if math.isfinite(v)]  # e.g. "inf" in an old record
+            bad = [v for v in vals if not math.isfinite(v)]
+            if bad and row in metric_rows:  # a NaN/Inf metric is shown, never averaged away
+                kind = "nan" if any(math.isnan(v) for v in bad) else (
+                    "inf" if all(v > 0 for v in bad) else "-inf" if all(v < 0 for v in bad)
+                    else "nan")
+                flags[(row, m)] = (kind, len(bad), len(vals))
+                continue
+            vals = [v for v in vals if math.isfinite(v)]
             if vals:
                 mean.loc[row, m] = statistics.fmean(vals)
                 std.loc[row, m] = statistics.stdev(vals) if len(vals) > 1 else float("nan")
+    mean.attrs["nonfinite"] = flags
     seeds = {m: len(by_method[m]) for m in methods}
+    mean.attrs["loaded"] = loaded_cells(by_method)
     return mean, std, seeds
+
+
+def loaded_cells(by_method: dict[str, list[dict]]) -> set[tuple[str, str]]:
+    """(timing row, column) cells with a record whose phase (fit: s/update; sampling:
+    time/sample) saw a 1-minute load average above the machine's CPU count."""
+    from pcgbench.benchrecords import was_loaded
+
+    return {(row, m) for m, recs in by_method.items() for row, phase in TIMING_ROWS.items()
+            if any(was_loaded((r.get("load") or {}).get(phase)) for r in recs)}
+
+
+def nonfinite_cell(mean: pd.DataFrame, row: str, column: str) -> str | None:
+    """``nan`` / ``inf`` / ``-inf`` where a metric of that column was recorded non-finite
+    (:func:`summary_frame`), else None."""
+    flag = mean.attrs.get("nonfinite", {}).get((row, column))
+    return flag[0] if flag else None
+
+
+def nonfinite_notes(mean: pd.DataFrame) -> list[str]:
+    """One line per cell whose metric was recorded NaN/Inf (the cell shows it; '–' means
+    not measured)."""
+    return [f"non-finite metric: {row} of {column} is {kind} in {n} of {total} seed(s)"
+            for (row, column), (kind, n, total) in mean.attrs.get("nonfinite", {}).items()
+            if row in mean.index and column in mean.columns]
 
 
 #: short names accepted by ``--rows`` for the non-metric rows
 ROW_ALIASES = {"time": "time/sample [s]", "train": "train [s/update]",
-               "memory": "peak memory [MB]", "params": "parameters"}
+               "memory": "train peak memory [MB]", "params": "parameters"}
 
 
 def select(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
@@ -176,7 +231,7 @@ def select(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
             keep = [r for r in wanted if r in reported.index]
             reported = reported.loc[keep] if keep else None
     if methods:
-        base = {m: m.split("[", 1)[0] for m in mean.columns}  # variants follow their method
+        base = {m: method_of(m) for m in mean.columns}  # variants follow their method
         cols = [m for m in mean.columns if base[m] == "data" or m in methods
                 or base[m] in methods]
         mean, std = mean[cols], std[cols]
@@ -196,7 +251,7 @@ def best_column(mean: pd.DataFrame, row: str) -> str | None:
     """The best non-reference column of ``row`` (lower or higher per the metric), or None
     with fewer than two contenders (and never for ``parameters``)."""
     contenders = {m: mean.loc[row, m] for m in mean.columns
-                  if m.split("[", 1)[0] != "data" and not math.isnan(mean.loc[row, m])}
+                  if method_of(m) != "data" and not math.isnan(mean.loc[row, m])}
     if len(contenders) <= 1 or row == "parameters":
         return None
     pick = max if _higher_is_better(row) else min
@@ -218,12 +273,26 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-_LATEX_SPECIAL = {"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$"}
+_LATEX_SPECIAL = {"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+                  "\\": r"\textbackslash{}", "{": r"\{", "}": r"\}",
+                  "^": r"\textasciicircum{}", "~": r"\textasciitilde{}"}
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in a plain-text cell (method and metric names)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    """A plain-text cell (method, variant, metric and file names) as LaTeX text: every
+    special character escaped (``\\ { } ^ ~ _ % & # $``) and control characters written
+    out, so a name cannot run a command (``\\input``) or break the table."""
+    from pcgbench.log import printable
+
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in printable(text))
+
+
+def md_escape(text: str) -> str:
+    """A plain-text cell of a markdown (pipe) table: ``|`` escaped, line breaks and
+    control characters written out, so a name cannot split a column or a row."""
+    from pcgbench.log import printable
+
+    return printable(text).replace("|", "\\|")
 
 
 def booktabs(table: str) -> str:
@@ -258,19 +327,20 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
     if fmt == "csv":
         return long_frame(mean, std, seeds, reported).to_csv(index=False)
     latex = fmt != "md"
-    esc = latex_escape if latex else (lambda t: t)
+    esc = latex_escape if latex else md_escape
     bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
     cells = []
     for row in mean.index:
         best = best_column(mean, row)
         line = [esc(row_label(row))]
         for m in mean.columns:
-            s = _fmt(mean.loc[row, m])
+            s = nonfinite_cell(mean, row, m) or _fmt(mean.loc[row, m])
             if not math.isnan(std.loc[row, m]):
                 s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(std.loc[row, m])
+            s += LOADED_MARK if (row, m) in mean.attrs.get("loaded", ()) else ""
             line.append(bold(s) if m == best else s)
         cells.append(line)
-    headers = ["metric"] + [esc(f"{m} (n={seeds[m]})" if m.split("[", 1)[0] != "data"
+    headers = ["metric"] + [esc(f"{m} (n={seeds[m]})" if method_of(m) != "data"
                                 else m.replace("data", "data (reference)", 1))
                             for m in mean.columns]
     tablefmt = "pipe" if fmt == "md" else "latex_raw"
@@ -314,3 +384,40 @@ def backbone_notes(mean: pd.DataFrame, preset: str) -> list[str]:
                          f" WD {_fmt(wd)} = {ratio:.1f}x the data floor {_fmt(floor)} (> "
                          f"{UNDERTRAINED_RATIO:g}x); every sampling-time method inherits it")
     return notes
+
+
+#: what ``train peak memory [MB]`` is, per record ``memory.kind``
+MEMORY_KINDS = {
+    "cuda_max_allocated": "CUDA max allocated during the fit",
+    "cpu_peak_rss_delta": "CPU: growth of the process's peak resident set over the fit",
+    "process_peak_rss": "CPU: the process's lifetime peak resident set (older records)",
+}
+
+
+def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
+                mean: pd.DataFrame | None = None) -> list[str]:
+    """The lines every per-task table carries under it: what its data are (the task's
+    provenance at this preset), which columns depart from the paper's method and how
+    (``departures`` of the method class: ``pmosfm_tuned``), what the memory figure is,
+    and which timing cells were measured on a loaded machine."""
+    lines = []
+    if (cls := TASKS.lookup(task)) is not None and hasattr(cls, "provenance"):
+        lines.append(f"data: {cls.provenance(preset)}")
+    for m in sorted({method_of(c) for c in by_method}):
+        cls_m = METHODS.lookup(m)
+        deps = getattr(cls_m, "departures", None) if cls_m is not None else None
+        if deps:
+            lines.append(f"{m} is not the paper's {getattr(cls_m, 'departs_from', '')}: it "
+                         "departs in " + "; ".join(deps.values()))
+    kinds = sorted({str((r.get("memory") or {}).get("kind")) for recs in by_method.values()
+                    for r in recs if (r.get("memory") or {}).get("kind")})
+    if kinds:
+        lines.append("train peak memory: " + "; ".join(MEMORY_KINDS.get(k, k) for k in kinds)
+                     + "; '–' where the run reused a checkpoint (no fit)")
+    cells = sorted(mean.attrs.get("loaded", ())) if mean is not None else []
+    cells = [(r, c) for r, c in cells if r in mean.index and c in mean.columns]
+    if cells:
+        lines.append(f"{LOADED_MARK} timing measured while the machine's 1-minute load "
+                     "average exceeded its CPU count: " + ", ".join(f"{c} {r}" for r, c in
+                                                                    cells))
+    return lines

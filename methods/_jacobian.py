@@ -253,12 +253,21 @@ def _shifted(s: Tensor, rhs: Tensor, damping: float, shift: Tensor | None) -> Te
     """Solve ``(s + damping * mean(diag s) I + shift I) x = rhs`` with the conventions of
     :func:`pcgbench.methods._sampling.spd_solve` / ``damp``: undamped, the pseudo-inverse;
     relative damping, Cholesky in float64; an absolute per-sample ``shift`` (CCFM's
-    Levenberg-Marquardt term), a plain solve."""
+    Levenberg-Marquardt term), in float64: Cholesky where every shifted Gram is positive
+    definite, else the pseudo-inverse (a singular Gram, e.g. rank-deficient constraint
+    rows, with a shift below its round-off: ``torch.linalg.solve`` raised there on some
+    CPU kernels), returned in the input's dtype."""
     from pcgbench.methods._sampling import damp, spd_solve
 
     if shift is not None:
-        eye = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
-        return torch.linalg.solve(s + shift.view(-1, *([1] * (s.ndim - 1))) * eye, rhs)
+        eye = torch.eye(s.shape[-1], dtype=torch.float64, device=s.device)
+        shifted = s.to(torch.float64) + shift.to(torch.float64).view(
+            -1, *([1] * (s.ndim - 1))) * eye
+        r64 = rhs.to(torch.float64)
+        chol, info = torch.linalg.cholesky_ex(shifted)
+        if bool((info == 0).all()):
+            return torch.cholesky_solve(r64, chol).to(rhs.dtype)
+        return (torch.linalg.pinv(shifted, hermitian=True) @ r64).to(rhs.dtype)
     return spd_solve(damp(s, damping), rhs, damped=damping > 0)
 
 
@@ -355,8 +364,8 @@ class SparseRowsJacobian:
 
     def solve(self, rhs: Tensor, damping: float = 0.0, shift: Tensor | None = None) -> Tensor:
         """As :meth:`DenseJacobian.solve`, block by block: relative damping (c the mean
-        diagonal of the whole Gram) by Cholesky in float64, an absolute ``shift`` by a
-        plain solve, neither by each block's pseudo-inverse."""
+        diagonal of the whole Gram) by Cholesky in float64, an absolute ``shift`` as
+        :func:`_shifted`, neither by each block's pseudo-inverse."""
         from pcgbench.methods._sampling import spd_solve
 
         p = self.plan

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
+from pcgbench.config import Bounds
 from pcgbench.method import MethodConfig
 from pcgbench.methods._jacobian import DenseJacobian
 from pcgbench.methods._sampling import (
@@ -103,6 +104,8 @@ def band_project(h, z, t, cond, kappa, steps=1, jac=None, jacobian=batched_jacob
 
 @dataclass(frozen=True)
 class CCFMConfig(MethodConfig):
+    bounds: ClassVar[dict[str, Bounds]] = {"level": Bounds(0.0, 0.5, lo_open=True)}
+
     steps: int = 20  # Euler steps = NFE
     level: float = 0.25  # per-side probability of the chance constraint (<= 0.5)
     newton_steps: int = 1  # Gauss-Newton iterations per projection (nonlinear h)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import finite_mask
@@ -51,6 +51,8 @@ def constraint_error(samples: torch.Tensor, task: Any, name: str,
 
 class ConstraintErrorMetric(Metric):
     """CE = mean_n ||R(u_n, cond_n)||_2 for the task constraint ``constraint``."""
+
+    bounds = NONNEGATIVE
 
     constraint: ClassVar[str] = ""
     higher_is_better = False

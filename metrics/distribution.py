@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import JS_NATS, NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 WD_MAX_VALUES = 2_000_000  # per side and channel; larger pools are evenly strided
@@ -174,6 +174,8 @@ class WassersteinMetric(Metric):
     grid values of channel c; exact 1-D W1 = int |F^-1 - G^-1|; pools above 2e6 values are
     evenly strided to 2e6.  Non-finite samples are dropped."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     description = "Wasserstein-1 distance of pooled pointwise values, mean over channels"
 
@@ -185,6 +187,8 @@ class WassersteinMetric(Metric):
 class JensenShannonMetric(Metric):
     """JS = (1/C) sum_c JS(h_c^gen, h_c^ref) in nats, h the 100-bin histograms of channel-c
     values on [min, max] of the reference (outliers clipped into edge bins)."""
+
+    bounds = JS_NATS
 
     higher_is_better = False
     description = "Jensen-Shannon divergence (nats) of 100-bin value histograms, mean over channels"

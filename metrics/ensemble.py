@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import check_pair, finite_mask
@@ -128,6 +128,8 @@ class CRPSMetric(Metric):
     empirical ensemble CDF), the ensemble {x_i} being the samples whose condition equals
     reference row r's (module docstring: grouping)."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     description = "Ensemble CRPS per condition group, mean over reference rows and points"
 
@@ -140,6 +142,8 @@ class Coverage90Metric(Metric):
     """|c - 0.9| with c = fraction over reference rows, channels and points of values
     inside the ensemble's central 90% interval [q_0.05, q_0.95] (per-point quantiles of
     the condition's ensemble, linear interpolation; closed interval)."""
+
+    bounds = (0.0, 0.9)
 
     higher_is_better = False
     description = "|empirical coverage of the central 90% ensemble interval - 0.9|"
@@ -154,6 +158,8 @@ class Coverage90Metric(Metric):
 class Width90Metric(Metric):
     """Mean over reference rows, channels and points of q_0.95 - q_0.05 of the matching
     ensemble (the sharpness companion of ``coverage90``; lower is sharper)."""
+
+    bounds = NONNEGATIVE
 
     higher_is_better = False
     description = "Mean width of the central 90% ensemble interval"

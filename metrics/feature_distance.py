@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from pcgbench.errors import PcgError
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import check_pair, finite_rows
@@ -163,6 +163,8 @@ def feature_frechet_distance(samples: torch.Tensor, reference: torch.Tensor) -> 
 class FeatureFrechetDistance(Metric):
     """Fréchet distance of fixed random-CNN features (the suite encoder; NOT Poseidon FPD)."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     display_name = "FD (random-CNN features)"
     description = ("Fréchet distance of fixed random-CNN features (suite encoder; not "
@@ -195,6 +197,8 @@ def poseidon_encoder(checkpoint: str | os.PathLike[str]) -> None:
 class PoseidonFPD(Metric):
     """Fréchet Poseidon distance from a local Poseidon-B checkpoint (not available: raises
     a one-line error naming what is missing)."""
+
+    bounds = NONNEGATIVE
 
     higher_is_better = False
     display_name = "FPD (Poseidon-B)"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import check_pair, finite_mask, finite_rows
@@ -148,6 +148,8 @@ class MMSEMetric(Metric):
     """MMSE = mean_{c,grid} (mean_n ref - mean_n gen)^2 (ECI definition); per condition
     group and averaged over groups when the task sets ``group_statistics_by_cond``."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     description = "MSE of the pointwise sample mean (reference vs generated)"
 
@@ -163,6 +165,8 @@ class SMSEMetric(Metric):
     condition group and averaged over groups when the task sets
     ``group_statistics_by_cond``."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     description = "MSE of the pointwise sample std (population, ddof=0)"
 
@@ -176,6 +180,8 @@ class SMSEMetric(Metric):
 class EnergyMetric(Metric):
     """D^2 = 2E|X-Y| - E|X-X'| - E|Y-Y'| on flattened fields (V-statistic, first 1000
     samples per set, clamped at 0; the squared form, no square root)."""
+
+    bounds = NONNEGATIVE
 
     higher_is_better = False
     description = "Squared energy distance of flattened fields (V-statistic, <=1000 samples)"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .ensemble import ensemble_groups
@@ -52,6 +52,8 @@ class ReconRelL2Metric(Metric):
     condition's sample ensemble and y_c its full-resolution target (module docstring:
     grouping)."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     description = "Relative L2 error of the ensemble mean vs the target, mean over conditions"
 
@@ -63,6 +65,8 @@ class ReconRelL2Metric(Metric):
 class ReconMSEMetric(Metric):
     """Mean over conditions of mean_{channels, grid} (xbar_c - y_c)^2, physical units
     (the "MSE" of the paper's reconstruction tasks, taken on the ensemble mean)."""
+
+    bounds = NONNEGATIVE
 
     higher_is_better = False
     description = "MSE of the ensemble mean vs the target, mean over conditions"
@@ -98,6 +102,8 @@ class MissingRMSEMetric(Metric):
     """Mean over conditions of sqrt(mean over hidden points and channels of (xbar_c -
     y_c)^2), xbar_c the ensemble mean (the "missing-region RMSE" of the paper's sparse
     reconstruction; the task gives the mask through ``observed_mask(cond)``)."""
+
+    bounds = NONNEGATIVE
 
     higher_is_better = False
     description = "RMSE of the ensemble mean over the unobserved points, mean over conditions"

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import finite_mask
@@ -36,6 +36,8 @@ def residual_error(samples: torch.Tensor, task: Any, cond: torch.Tensor | None =
 class ResidualErrorMetric(Metric):
     """RE = mean over samples of sqrt(mean(r^2)), r = ctx.task.residual(samples, ctx.cond)
     in physical units; the reference set is not used."""
+
+    bounds = NONNEGATIVE
 
     higher_is_better = False
     description = "Mean over samples of the RMS of the task's evaluator residual"

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import check_pair, finite_rows
@@ -63,6 +63,8 @@ class SpectrumMetric(Metric):
     ``velocity_channels`` (all channels when it declares none), averaged over samples;
     see :func:`radial_energy_spectrum`.  Non-finite samples are dropped."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     description = "Mean relative error of the radially binned energy spectrum over shells"
 
@@ -114,6 +116,8 @@ class MMDMetric(Metric):
     Euclidean distance of the pooled sets (median heuristic); first 1000 samples of each
     set; non-finite samples dropped.  See :func:`mmd_rbf`."""
 
+    bounds = NONNEGATIVE
+
     higher_is_better = False
     description = "Squared MMD (biased), RBF kernel with median-heuristic bandwidth"
 
@@ -129,6 +133,8 @@ class SpectralResidualMetric(Metric):
     their condition rows dropped, as ``re``); nan for tasks without ``residual_spectral``.
     Reported next to ``re`` where the paper's evaluator uses finite differences (e.g.
     ``kolmogorov``: central-difference vs spectral divergence)."""
+
+    bounds = NONNEGATIVE
 
     higher_is_better = False
     description = "RMS of the task's spectral (Fourier) evaluator residual, mean over samples"

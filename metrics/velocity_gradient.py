@@ -36,7 +36,7 @@ from typing import ClassVar
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.metric import Metric, MetricContext
+from pcgbench.metric import JS_NATS, UNIT, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import check_pair, finite_rows
@@ -325,6 +325,8 @@ class QRJensenShannonMetric(_QRMetric):
     the fields are [N, >=3, n, n, n] (velocity first); non-finite samples dropped.  See
     :mod:`pcgbench.metrics.velocity_gradient`."""
 
+    bounds = JS_NATS
+
     description = "Jensen-Shannon divergence (nats) of the normalized Q-R joint PDF"
     key = "js"
 
@@ -334,6 +336,8 @@ class QRTotalVariationMetric(_QRMetric):
     """TV = 1/2 sum |p - q| between the joint (R*, Q*) histograms of the velocity gradient
     (as ``qr_js``)."""
 
+    bounds = UNIT
+
     description = "Total variation distance of the normalized Q-R joint PDF"
     key = "tv"
 
@@ -342,6 +346,8 @@ class QRTotalVariationMetric(_QRMetric):
 class QRHellingerMetric(_QRMetric):
     """H = sqrt(1/2 sum (sqrt p - sqrt q)^2) in [0, 1] between the joint (R*, Q*)
     histograms of the velocity gradient (as ``qr_js``)."""
+
+    bounds = UNIT
 
     description = "Hellinger distance of the normalized Q-R joint PDF"
     key = "hellinger"

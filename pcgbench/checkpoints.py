@@ -62,8 +62,36 @@ def _nonfinite(obj: Any, prefix: str = "") -> str | None:
     return None
 
 
+_PLAIN = (bool, int, float, str, bytes, type(None), torch.Size, torch.dtype)
+
+
+def check_state(state: Any, owner: str, prefix: str = "") -> None:
+    """A state that ``torch.load(weights_only=True)`` reads back: tensors, plain numbers
+    and strings in dicts, lists and tuples.  Anything else (a numpy array, an object)
+    is a one-line :class:`PcgError` naming the entry, raised before it is written (it
+    would fail verification on every load and refit each time)."""
+    if torch.is_tensor(state) or isinstance(state, _PLAIN):
+        return
+    if isinstance(state, dict):
+        for k, v in state.items():
+            if not isinstance(k, str | int):
+                raise PcgError(f"{owner}: state_dict key {k!r} at {prefix or '<root>'} is a "
+                               f"{type(k).__name__}; use str keys")
+            check_state(v, owner, f"{prefix}.{k}" if prefix else str(k))
+        return
+    if isinstance(state, list | tuple):
+        for i, v in enumerate(state):
+            check_state(v, owner, f"{prefix}[{i}]")
+        return
+    kind = f"{type(state).__module__}.{type(state).__name__}"
+    raise PcgError(f"{owner}: state_dict entry {prefix or '<root>'!r} is a {kind}; a "
+                   "checkpoint holds torch tensors, numbers and strings (convert it with "
+                   "torch.as_tensor)")
+
+
 def save_checkpoint(path: Path, state: dict[str, Any], fit: Any) -> None:
     """Write ``{"method": state, "fit": fit, "digest": ..., "format": 2}`` atomically."""
+    check_state(state, f"checkpoint {path.name}")
     fit_dict = dataclasses.asdict(fit) if dataclasses.is_dataclass(fit) else dict(fit)
     payload = {"method": state, "fit": fit_dict, "format": FORMAT,
                "digest": state_digest({"method": state, "fit": fit_dict})}

@@ -74,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the first N generated samples (and the matching test fields) "
                    "as HDF5 beside the record (default: 64 at cpu/paper, 0 at smoke)")
     p.add_argument("--tag", default=None, metavar="NAME",
-                   help="label this run as a named variant column (leaderboard --variants)")
+                   help="label this run as a named variant column fm_ot[tag:NAME] "
+                   "(leaderboard --variants); letters, digits and _ . + = , -")
+    p.add_argument("--max-minutes", type=float, default=None, metavar="M",
+                   help="stop a run (one line, no record) after M minutes of wall time; a "
+                   "fit resumes from its last partial checkpoint when rerun")
 
     p = sub.add_parser("list", help="list tasks, methods, metrics, presets, studies, "
                        "objectives")
@@ -246,7 +250,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             results_dir=args.results, data_dir=args.data_dir, data_file=args.data_file,
             force=args.force, progress=not args.quiet, sample_batch=args.batch_size,
             timing_repeats=args.timing_repeats, tag=args.tag, save_samples=args.save_samples,
-            checkpoint_every=args.checkpoint_every,
+            checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes,
         )
         record, path, skipped = run(opts)
         status = record.get("status", "ok")
@@ -352,8 +356,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         print(f"\n## {task} (preset {preset})\n")
         print(format_table(mean, std, seeds, args.format, reported))
         if args.format == "md":
-            for line in notes + failed_notes(records, {task}, preset):
-                print(f"\n{line}")
+            from pcgbench.leaderboard.tables import nonfinite_notes
+            from pcgbench.log import printable
+
+            for line in notes + nonfinite_notes(mean) + failed_notes(records, {task}, preset):
+                print(f"\n{printable(line)}")
     if csv_frames:
         import pandas as pd
 
@@ -530,7 +537,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cmd_leaderboard(argparse.Namespace(
             results=str(root), task=task, preset=args.preset, format="md", no_reported=False,
             suite=None, rows=None, methods=None, variants=False, ablation=None))
-    return int(any(r["status"] not in ("ok",) for r in results if r["stage"] != "data")
+    # "exists": an identical run (e.g. a concurrent sweep) recorded it first: not a failure
+    return int(any(r["status"] not in ("ok", "exists") for r in results if r["stage"] != "data")
                or any(r["status"] == "error" for r in results))
 
 
@@ -591,21 +599,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pcgbench.log import configure
 
     configure(verbose=args.verbose)
+    from pcgbench.log import printable
+    from pcgbench.storage import storage_error
+
     try:
         for module in args.plugin:
             load_plugin(module)
         with logging_redirect_tqdm():
             rc = COMMANDS[args.command](args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:  # `pcgbench leaderboard | head -1`: the reader left
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a tool killed by it
     except PcgError as exc:
         if args.debug:
             raise
-        print(f"pcgbench: error: {exc}", file=sys.stderr)
+        print(f"pcgbench: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a storage fault the code did not name (full disk, ...)
+        if args.debug or exc.errno not in STORAGE_ERRNOS:
+            raise
+        path = exc.filename if exc.filename is not None else "a file"
+        print(f"pcgbench: error: {printable(storage_error(path, exc, 'use'))}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pcgbench: interrupted (completed records are kept; rerun to resume)",
               file=sys.stderr)
         return 130
     return rc
+
+
+def _storage_errnos() -> frozenset[int]:
+    import errno
+
+    names = ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "ENOTDIR", "EISDIR",
+             "EEXIST", "ENAMETOOLONG", "EIO", "ENOENT", "ELOOP", "EMFILE", "ENFILE")
+    return frozenset(getattr(errno, n) for n in names if hasattr(errno, n))
+
+
+#: OSErrors reported as one line (the path and the cause) instead of a traceback
+STORAGE_ERRNOS = _storage_errnos()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again
+    (the recipe of Python's signal documentation for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured)
+        pass
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ from typing import Any
 
 from pcgbench.errors import PcgError
 
+#: longest ``--set`` value parsed (``ast.literal_eval`` of a huge or deeply nested
+#: literal costs memory and recursion; no config field needs more)
+MAX_SET_LENGTH = 1000
+
 
 def parse_assignments(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["a=1", "b.c=[2,3]"]`` -> {"a": 1, "b.c": [2, 3]} (values as Python literals,
@@ -19,7 +23,10 @@ def parse_assignments(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise PcgError(f"malformed --set {item!r}: expected key=value")
+            raise PcgError(f"malformed --set {item[:60]!r}: expected key=value")
+        if len(raw) > MAX_SET_LENGTH:
+            raise PcgError(f"--set {key[:40]}=...: the value has {len(raw):,} characters "
+                           f"(at most {MAX_SET_LENGTH:,})")
         try:
             value: Any = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
@@ -56,7 +63,78 @@ def _replace_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
         except Exception:  # noqa: BLE001 - unresolvable annotations: no type check
             hints = {}
         value = coerce(value, hints.get(head, Any), head, full, type(obj).__name__)
+        check_bounds(type(obj), head, value, f"--set {full}={value!r}")
     return dataclasses.replace(obj, **{head: value})
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The meaningful values of a numeric config field (each element of a tuple field):
+    ``lo <= v <= hi`` (strict where ``*_open``); ``ordered``: a tuple's elements
+    non-decreasing (a range ``(lo, hi)``).  Declared per config class in ``bounds``
+    (a ``ClassVar`` mapping field name -> Bounds); fields without a declaration follow
+    the naming conventions of :func:`bounds_for`."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    ordered: bool = False
+
+    def describe(self) -> str:
+        parts = []
+        if self.lo > -math.inf or self.hi < math.inf:
+            parts.append(("(" if self.lo_open else "[") + f"{self.lo:g}, {self.hi:g}"
+                         + (")" if self.hi_open else "]"))
+        if self.ordered:
+            parts.append("non-decreasing")
+        return " and ".join(parts)
+
+    def holds(self, v: float) -> bool:
+        above = v > self.lo if self.lo_open else v >= self.lo
+        below = v < self.hi if self.hi_open else v <= self.hi
+        return above and below
+
+
+UNIT = Bounds(0.0, 1.0)
+NONNEGATIVE = Bounds(0.0)
+#: field-name conventions (every method, plug-ins included): shares, fractions and decay
+#: rates are probabilities; weights, dampings and regularizers are >= 0
+_SUFFIX_BOUNDS = (("_share", UNIT), ("_fraction", UNIT),
+                  ("ema_decay", Bounds(0.0, 1.0, hi_open=True)), ("_weight", NONNEGATIVE),
+                  ("damping", NONNEGATIVE), ("weight_decay", NONNEGATIVE),
+                  ("eps_p", NONNEGATIVE))
+
+
+def bounds_for(cls: type, name: str) -> Bounds | None:
+    """The declared ``cls.bounds[name]``, else the naming convention's, else None."""
+    declared = getattr(cls, "bounds", None) or {}
+    if name in declared:
+        return declared[name]
+    return next((b for suffix, b in _SUFFIX_BOUNDS if name.endswith(suffix)), None)
+
+
+def check_bounds(cls: type, name: str, value: Any, what: str) -> None:
+    """One-line :class:`PcgError` when ``value`` (a number or a tuple of numbers; None is
+    left alone) is outside ``bounds_for(cls, name)``."""
+    b = bounds_for(cls, name)
+    if b is None or value is None:
+        return
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    nums = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
+    bad = [v for v in nums if not b.holds(float(v))]
+    if bad or (b.ordered and any(a > c for a, c in zip(nums, nums[1:], strict=False))):
+        raise PcgError(f"{what}: {cls.__name__}.{name} must be {b.describe()}")
+
+
+def check_config(config: Any, prefix: str = "") -> None:
+    """Every numeric field of a (nested) config dataclass within its bounds."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            check_config(value, f"{prefix}{f.name}.")
+        else:
+            check_bounds(type(config), f.name, value, f"config {prefix}{f.name}={value!r}")
 
 
 #: fields that must be >= 1 (ints) or > 0 (floats); every other int must be >= 0 and

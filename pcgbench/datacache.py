@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from pcgbench.storage import atomic_write, config_hash, data_dir
-from pcgbench.task import FieldData, Task
+from pcgbench.task import SPLITS, FieldData, Task
 
 CACHE_VERSION = 1
 
@@ -39,7 +39,12 @@ def cache_path(task: Task, split: str) -> Path:
 
 
 def _read(path: Path, task: Task, split: str) -> FieldData:
+    """The cached split, checked to be this task's (``task`` attribute, parameters, split,
+    field and condition shapes) and intact (checksum); ``ValueError`` otherwise."""
     with h5py.File(path, "r") as f:
+        owner = f.attrs.get("task")
+        if owner != task.name:
+            raise ValueError(f"written for task {owner!r}, not {task.name!r}")
         params = json.loads(f.attrs["params"])
         if params != json.loads(json.dumps(task.params_dict(), default=str)):
             raise ValueError("parameters differ from the task's")
@@ -50,7 +55,31 @@ def _read(path: Path, task: Task, split: str) -> FieldData:
         arrays = [x] if cond is None else [x, cond]
         if f.attrs["checksum"] != _checksum(arrays):
             raise ValueError("checksum mismatch")
+    if split in SPLITS:  # not a task's own intermediate (e.g. a HIT trajectory)
+        _check_shapes(task, x.shape, None if cond is None else cond.shape)
     return FieldData(torch.from_numpy(x), None if cond is None else torch.from_numpy(cond))
+
+
+def _check_shapes(task: Task, x: tuple[int, ...], cond: tuple[int, ...] | None) -> None:
+    spec = task.spec
+    if tuple(x[1:]) != tuple(spec.field_shape):
+        raise ValueError(f"fields have shape {tuple(x[1:])} per row, the task's are "
+                         f"{tuple(spec.field_shape)}")
+    conditional = bool(spec.cond_dim or spec.cond_channels)
+    if conditional != (cond is not None):
+        raise ValueError("conditions " + ("missing" if conditional else "present") +
+                         " for " + ("a conditional" if conditional else "an unconditional")
+                         + " task")
+    if cond is None:
+        return
+    if cond[0] != x[0]:
+        raise ValueError(f"{x[0]} fields but {cond[0]} conditions")
+    if spec.cond_channels and tuple(cond[1:]) != (spec.cond_channels, *spec.spatial_shape):
+        raise ValueError(f"conditions have shape {tuple(cond[1:])} per row, the task's are "
+                         f"{(spec.cond_channels, *spec.spatial_shape)}")
+    if spec.cond_dim and not spec.cond_channels and tuple(cond[1:]) != (spec.cond_dim,):
+        raise ValueError(f"conditions have shape {tuple(cond[1:])} per row, the task's are "
+                         f"({spec.cond_dim},)")
 
 
 def _write(path: Path, task: Task, split: str, data: FieldData) -> None:
@@ -90,10 +119,11 @@ def load_or_generate(task: Task, split: str) -> FieldData:
     split once: the others wait, then read it."""
     from filelock import FileLock
 
-    from pcgbench.storage import ensure_writable
+    from pcgbench.storage import ensure_writable, remove_orphan_temps
 
     path = cache_path(task, split)
     ensure_writable(path.parent)  # before the (possibly long) generation, not after
+    remove_orphan_temps(path.parent, subdirs=(".",))  # a killed write's leftovers
     with FileLock(f"{path}.lock"):
         if path.exists():
             try:

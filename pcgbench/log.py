@@ -9,6 +9,22 @@ import sys
 
 logger = logging.getLogger("pcgbench")
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROL.update({ord("\t"): " ", ord("\n"): " ", ord("\r"): " "})
+
+
+def printable(text: object) -> str:
+    """``text`` with control characters (ANSI escapes, carriage returns, bells; C0 and C1)
+    written as ``\\xNN`` and line breaks as spaces: a user string (a tag, a file name, a
+    plugin's message) cannot move the cursor, clear the terminal or fake a line."""
+    return str(text).translate(_CONTROL)
+
+
+class _Printable(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        record.msg, record.args = printable(record.getMessage()), None
+        return super().format(record)
+
 
 def configure(verbose: bool = False) -> None:
     """Idempotent set-up of the ``pcgbench`` logger and of captured warnings."""
@@ -18,7 +34,7 @@ def configure(verbose: bool = False) -> None:
     root = logging.getLogger()
     if not any(getattr(h, "_pcgbench", False) for h in root.handlers):
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(fmt, datefmt="%Y-%m-%d %H:%M:%S"))
+        handler.setFormatter(_Printable(fmt, datefmt="%Y-%m-%d %H:%M:%S"))
         handler._pcgbench = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     logger.setLevel(logging.INFO if verbose else logging.WARNING)

@@ -6,6 +6,7 @@ A metric compares generated samples with reference samples, both in physical uni
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -33,8 +34,17 @@ class Metric(ABC):
     description: ClassVar[str] = ""
     #: how tables name the row when the bare name could be misread (e.g. a gap, not a rate)
     label: ClassVar[str] = ""
+    #: the values the metric can take (closed interval; NaN aside): a result outside is
+    #: refused at write and a record holding one is flagged at read
+    bounds: ClassVar[tuple[float, float]] = (-math.inf, math.inf)
 
     @abstractmethod
     def __call__(
         self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext
     ) -> float: ...
+
+
+#: common ``bounds``: distances and errors; divergences in nats; probabilities / TV
+NONNEGATIVE: tuple[float, float] = (0.0, math.inf)
+JS_NATS: tuple[float, float] = (0.0, math.log(2.0))
+UNIT: tuple[float, float] = (0.0, 1.0)

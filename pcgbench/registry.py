@@ -49,6 +49,9 @@ class Registry(Generic[T]):
 
     def add(self, name: str, obj: T) -> None:
         check_name(self.kind, name)
+        if name in RESERVED.get(self.kind, {}):
+            raise PcgError(f"{self.kind} name {name!r} is reserved: "
+                           f"{RESERVED[self.kind][name]}")
         if self.base is not None:
             module, _, attr = self.base.partition(":")
             base = getattr(importlib.import_module(module), attr)
@@ -65,6 +68,10 @@ class Registry(Generic[T]):
 
     def add_lazy(self, name: str, target: str) -> None:
         """Register ``"package.module:Attr"``; the module is imported on first ``get``."""
+        check_name(self.kind, name)
+        if name in RESERVED.get(self.kind, {}):
+            raise PcgError(f"{self.kind} name {name!r} is reserved: "
+                           f"{RESERVED[self.kind][name]}")
         if ":" not in target:
             raise PcgError(f"lazy {self.kind} entry {target!r} must look like 'module:Attr'")
         if name in self._objects or (name in self._lazy and self._lazy[name] != target):
@@ -81,7 +88,12 @@ class Registry(Generic[T]):
             importlib.import_module(mod)
         for ep in entry_points(group=self.entry_point_group):
             if ep.name not in self._objects and ep.name not in self._lazy:
-                self.add_lazy(ep.name, ep.value)
+                try:
+                    self.add_lazy(ep.name, ep.value)
+                except PcgError as exc:  # one bad entry point must not hide the others
+                    import warnings
+
+                    warnings.warn(f"entry point {ep.value!r} skipped: {exc}", stacklevel=2)
 
     # -- lookup -------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -98,7 +110,7 @@ class Registry(Generic[T]):
             module, _, attr = target.partition(":")
             try:
                 obj = getattr(importlib.import_module(module), attr)
-            except Exception as exc:  # noqa: BLE001 - any failure of third-party code
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - third-party code
                 self._lazy[name] = target
                 raise PcgError(
                     f"{self.kind} {name!r} points to {target!r}, which cannot be loaded: "
@@ -136,14 +148,28 @@ METRICS: Registry = Registry("metric", "pcgbench.metrics", ("pcgbench.metrics",)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+#: longest registered name: names are path components (records/<task>/<preset>/<method>)
+MAX_NAME = 64
+
+#: names the harness uses for its own columns and rows, per registry kind
+RESERVED: dict[str, dict[str, str]] = {
+    "method": {"data": "the leaderboard's data reference column (val vs test)",
+               "metric": "the tables' row-label column"},
+    "metric": {name: "a row or record field of the harness's own" for name in (
+        "nfe", "time", "train", "memory", "params", "parameters", "nonfinite_fraction",
+        "blowup_fraction", "metric")},
+}
 
 
 def check_name(kind: str, name: object) -> None:
-    """Registered names become path components of records and checkpoints: letters,
-    digits and ``_ . + -`` only, no ``..`` (a plugin cannot write outside the results)."""
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
-        raise PcgError(f"invalid {kind} name {name!r}: use letters, digits and _ . + - "
-                       "(no path separators, no '..')")
+    """Registered names become path components of records and checkpoints: 1 to
+    ``MAX_NAME`` letters, digits and ``_ . + -``, no ``..`` (a plugin cannot write outside
+    the results)."""
+    if (not isinstance(name, str) or not _NAME.match(name) or ".." in name
+            or len(name) > MAX_NAME):
+        shown = name if not isinstance(name, str) or len(name) <= 40 else f"{name[:40]}..."
+        raise PcgError(f"invalid {kind} name {shown!r}: use 1 to {MAX_NAME} letters, digits "
+                       "and _ . + - (no path separators, no '..')")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -171,6 +197,9 @@ def load_plugin(module: str) -> None:
         sys.modules[name] = mod
         try:
             spec.loader.exec_module(mod)
+        except SystemExit as exc:
+            sys.modules.pop(name, None)
+            raise PcgError(f"--plugin {module!r} called sys.exit({exc.code!r}) on import") from exc
         except Exception as exc:  # noqa: BLE001 - the plugin's own error, reported in one line
             sys.modules.pop(name, None)
             raise PcgError(f"--plugin {module!r} failed on import: {type(exc).__name__}: "
@@ -183,6 +212,8 @@ def load_plugin(module: str) -> None:
         )
     try:
         importlib.import_module(module)
+    except SystemExit as exc:
+        raise PcgError(f"--plugin {module!r} called sys.exit({exc.code!r}) on import") from exc
     except ImportError as exc:
         raise PcgError(f"--plugin {module!r} cannot be imported: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - a plugin that raises (or a syntax error)

@@ -54,8 +54,19 @@ def _png(fig: Any) -> str:
 
 def _figure(draw: Callable[[], Any], caption: str) -> str:
     """A <figure> with the PNG that ``draw()`` returns, or '' when there is nothing to
-    draw (``draw`` returns None)."""
-    fig = draw()
+    draw (``draw`` returns None); a figure that fails (a record or samples file whose
+    content does not fit) is left out with a warning, the rest of the report is kept."""
+    import warnings
+
+    try:
+        fig = draw()
+    except Exception as exc:  # noqa: BLE001 - one bad input must not take the report down
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+        warnings.warn(f"report figure {caption[:60]!r} left out: {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0] if str(exc) else ''}", stacklevel=2)
+        return f'<p class="note">figure left out ({html.escape(type(exc).__name__)})</p>'
     if fig is None:
         return ""
     return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
@@ -96,13 +107,32 @@ def _col(m: str, seeds: dict[str, int]) -> str:
 
 
 def _samples(record: dict) -> dict[str, np.ndarray] | None:
+    """The record's saved samples (``samples``, ``reference`` [n, C, *spatial] of one
+    shape, optional ``cond``), or None; an unreadable or malformed file is skipped and
+    named in a warning."""
     path = record.get("samples_file")
-    if not path or not Path(path).exists():
+    if not isinstance(path, str) or not Path(path).is_file():
         return None
+    import warnings
+
     import h5py
 
-    with h5py.File(path, "r") as f:
-        return {k: np.asarray(f[k]) for k in f}
+    try:
+        with h5py.File(path, "r") as f:
+            out = {k: np.asarray(f[k]) for k in ("samples", "reference", "cond") if k in f}
+        problem = ("lacks 'samples' or 'reference'" if not {"samples", "reference"} <= set(out)
+                   else "samples and reference differ in shape"
+                   if out["samples"].shape[1:] != out["reference"].shape[1:]
+                   else "has no rows or no field axes" if out["samples"].ndim < 3
+                   or not len(out["samples"]) or not len(out["reference"])
+                   else "is not numeric" if not all(np.issubdtype(a.dtype, np.number)
+                                                    for a in out.values()) else None)
+    except Exception as exc:  # noqa: BLE001 - corrupt HDF5, wrong kind of file, ...
+        problem = f"is unreadable ({type(exc).__name__})"
+    if problem:
+        warnings.warn(f"skipping samples file {path}: {problem}", stacklevel=2)
+        return None
+    return out
 
 
 def _field_image(ax: Any, x: np.ndarray) -> None:
@@ -194,11 +224,13 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
 
     saved = {m: s for m in methods if (s := _samples(by_method[m][0])) is not None}
     reference = next(iter(saved.values()))["reference"] if saved else None
+    if reference is not None:  # one grid: every method's fields of the reference's shape
+        saved = {m: s for m, s in saved.items() if s["samples"].shape[1:] == reference.shape[1:]}
 
     def grid_plot() -> Any:
         if reference is None:
             return None
-        cols = min(3, len(reference))
+        cols = min(3, len(reference), *(len(s["samples"]) for s in saved.values()))
         names = ["reference", *saved]
         fig, axes = plt.subplots(len(names), cols, figsize=(2.2 * cols, 1.9 * len(names)),
                                  squeeze=False)

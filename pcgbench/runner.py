@@ -13,11 +13,13 @@ config never reuses a stale checkpoint, and a run whose record exists is skipped
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,8 @@ from typing import Any
 import torch
 
 from pcgbench import environment
-from pcgbench.checkpoints import load_checkpoint, save_checkpoint
-from pcgbench.config import apply_overrides, to_dict
+from pcgbench.checkpoints import check_state, load_checkpoint, save_checkpoint
+from pcgbench.config import apply_overrides, check_config, to_dict
 from pcgbench.errors import PcgError, TrainingDiverged, UnsupportedError
 from pcgbench.log import logger
 from pcgbench.method import FitStats, Method, RunContext
@@ -40,7 +42,10 @@ from pcgbench.storage import (
     atomic_write_json,
     config_hash,
     ensure_writable,
+    make_dir,
+    record_digest,
     remove_orphan_temps,
+    seal_record,
 )
 from pcgbench.storage import results_dir as default_results_dir
 from pcgbench.task import Task
@@ -70,9 +75,10 @@ class RunOptions:
     progress: bool = True
     sample_batch: int = 64
     timing_repeats: int = 3
-    tag: str | None = None  # a user label for a variant column
+    tag: str | None = None  # a user label for a variant column (``tag:NAME``)
     save_samples: int | None = None  # samples kept next to the record; None: preset default
     checkpoint_every: int | None = None  # partial training checkpoints; None: preset default
+    max_minutes: float | None = None  # stop the run (one line) after this wall time
 
 
 def seed_everything(seed: int) -> None:
@@ -93,7 +99,7 @@ def build_task(opts: RunOptions) -> Task:
     return task_cls(
         preset=opts.preset,
         data_dir=Path(opts.data_dir) if opts.data_dir else None,
-        data_file=Path(opts.data_file) if opts.data_file else None,
+        data_file=Path(opts.data_file).expanduser() if opts.data_file else None,
         progress=opts.progress,
     )
 
@@ -109,7 +115,9 @@ def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
     if opts.chart is not None:
         overrides["chart"] = opts.chart
     config = apply_overrides(config, overrides)
-    return method_cls(task, config, device)
+    check_config(config)
+    return _guarded(method_cls.name or method_cls.__name__, "__init__",
+                    lambda: method_cls(task, config, device))
 
 
 def code_versions(task: Task, method: Method | None = None) -> dict[str, int]:
@@ -131,12 +139,16 @@ def _with_versions(key: dict[str, Any], versions: dict[str, int]) -> dict[str, A
 
 def run_key(task: Task, method: Method, opts: RunOptions,
             device: torch.device | None = None) -> dict[str, Any]:
-    """What a fitted model is: task parameters, data source, method config, seed, preset,
-    the kind of device it trained on and the code versions (the checkpoint's identity)."""
+    """What a fitted model is: task parameters, data source (a ``--data-file`` by the
+    SHA-256 of its contents, :func:`pcgbench.dataguard.data_digest`), method config, seed,
+    preset, the kind of device it trained on and the code versions (the checkpoint's
+    identity)."""
+    from pcgbench.dataguard import data_digest
+
     return _with_versions({
         "task": task.name,
         "task_params": task.params_dict(),
-        "data_file": opts.data_file,
+        "data_file": data_digest(task),
         "method": method.name,
         "config": to_dict(method.config),
         "seed": opts.seed,
@@ -163,18 +175,46 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: the sampling batch size of the default column (``--batch-size``)
+DEFAULT_SAMPLE_BATCH = 64
+#: what a ``--tag`` may hold: it is printed in markdown, LaTeX, CSV and on terminals
+TAG_PATTERN = r"[A-Za-z0-9_.+=,-]{1,64}"
+
+
+def check_tag(tag: str | None) -> None:
+    import re
+
+    if tag is not None and not re.fullmatch(TAG_PATTERN, tag):
+        raise PcgError(f"--tag {tag!r}: use 1 to 64 letters, digits and _ . + = , -")
+
+
+def data_label(task: Task) -> str | None:
+    """``data=<file name>@<first 8 hex digits of its content digest>`` (None without a
+    --data-file): two files of one name but other contents are two columns."""
+    from pcgbench.dataguard import data_digest
+
+    digest = data_digest(task)
+    if digest is None:
+        return None
+    return f"data={Path(str(task.data_file)).name}@{digest.split(':', 1)[1][:8]}"
+
+
 def variant_label(task: Task, method: Method, opts: RunOptions) -> str | None:
-    """None for the method's default column, else a name for the variant: ``--tag``, or
-    the fields that differ from the default config and the data file, e.g.
-    ``iterations=5`` or ``data=1D_Burgers.hdf5`` (shown as ``fm_ot[iterations=5]``)."""
+    """None for the method's default column, else a name for the variant: the fields that
+    differ from the default config, the data file (:func:`data_label`), a sampling batch
+    size other than the default and the ``--tag`` (its own namespace, ``tag:NAME``), e.g.
+    ``iterations=5``, ``sample_batch=4`` or ``iterations=5,tag:fast`` (shown as
+    ``fm_ot[iterations=5]``)."""
     default = _flat(to_dict(default_config(task, type(method), opts.preset)))
     mine = _flat(to_dict(method.config))
     diff = [f"{k}={mine[k]}" for k in sorted(mine) if mine[k] != default.get(k)]
-    if opts.data_file:
-        diff.append(f"data={Path(opts.data_file).name}")
-    if not diff and opts.tag is None:
-        return None
-    return opts.tag or ",".join(diff)
+    if (data := data_label(task)) is not None:
+        diff.append(data)
+    if opts.sample_batch != DEFAULT_SAMPLE_BATCH:
+        diff.append(f"sample_batch={opts.sample_batch}")
+    if opts.tag is not None:
+        diff.append(f"tag:{opts.tag}")
+    return ",".join(diff) or None
 
 
 def fit_key(key: dict[str, Any], config: Any) -> dict[str, Any]:
@@ -276,11 +316,18 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
             partial.unlink(missing_ok=True)  # --force: a fit from scratch
         method.context = dataclasses.replace(method.context, partial_path=str(partial))
         train = task.dataset("train")
+        owner = f"method {method.name!r}"
+        check_state(_guarded(method.name, "state_dict", method.state_dict), owner)
         logger.info("%s/%s seed %d [%s]: fitting", task.name, method.name, opts.seed,
                     opts.preset)
         t0 = time.perf_counter()
         stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
-        save_checkpoint(ckpt, method.state_dict(), stats)
+        if not isinstance(stats, FitStats):
+            raise PcgError(f"{owner}: fit() returned {type(stats).__name__}, not the FitStats "
+                           "of its updates (pcgbench.method.FitStats)")
+        state = _guarded(method.name, "state_dict", method.state_dict)
+        check_state(state, owner)
+        save_checkpoint(ckpt, state, stats)
         logger.info("%s/%s seed %d: fitted in %.1f s -> %s", task.name, method.name,
                     opts.seed, time.perf_counter() - t0, ckpt)
         partial.unlink(missing_ok=True)  # the final model is safe: the partial is spent
@@ -324,8 +371,41 @@ def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str) -> No
         )
 
 
+def metric_value(name: str, value: Any) -> float:
+    """A metric's result as a float, else a one-line :class:`PcgError` naming the metric:
+    a number (Python, NumPy, or a one-element tensor/array) that fits a float and lies in
+    the metric's declared ``bounds`` (NaN is kept: tables show it as ``nan``)."""
+    import numpy as np
+
+    what = f"metric {name!r} returned"
+    if torch.is_tensor(value) or isinstance(value, np.ndarray):
+        if value.numel() if torch.is_tensor(value) else value.size != 1:
+            raise PcgError(f"{what} an array of shape {tuple(value.shape)}; expected one number")
+        value = value.reshape(()).item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PcgError(f"{what} a {type(value).__name__} ({str(value)[:40]!r}); expected a "
+                       "number")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise PcgError(f"{what} an integer of {len(str(abs(value)))} digits, which overflows "
+                       "a float") from None
+    cls = METRICS.get(name)
+    lo, hi = getattr(cls, "bounds", (-math.inf, math.inf))
+    tol = 1e-9 * max(1.0, abs(lo) if math.isfinite(lo) else 1.0,
+                     abs(hi) if math.isfinite(hi) else 1.0)
+    if not math.isnan(out) and not lo - tol <= out <= hi + tol:
+        raise PcgError(f"{what} {out:.6g}, outside its declared range [{lo:g}, {hi:g}]")
+    return out
+
+
 def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
              cond: torch.Tensor | None, reference_cond: torch.Tensor | None) -> dict[str, float]:
+    """Every metric of ``task`` on ``samples`` vs ``reference`` (+ the non-finite and
+    blow-up fractions); a metric that raises or returns anything but an in-range number
+    is a one-line :class:`PcgError` naming it."""
     from pcgbench.metrics import blowup_fraction, nonfinite_fraction
 
     ctx = MetricContext(task=task, cond=cond, reference_cond=reference_cond)
@@ -334,17 +414,26 @@ def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
     x, ref = samples.detach().cpu(), reference.detach().cpu()
     for name in task.metrics:
         metric = METRICS.get(name)()
-        with torch.no_grad():
-            value = metric(x, ref, ctx)
-        out[name] = float(value)
+        try:
+            with torch.no_grad():
+                value = metric(x, ref, ctx)
+        except (PcgError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a (plugin) metric's own failure
+            text = str(exc).strip()
+            raise PcgError(f"metric {name!r} failed: {type(exc).__name__}: "
+                           f"{text.splitlines()[0] if text else ''}") from exc
+        out[name] = metric_value(name, value)
     out["nonfinite_fraction"] = nonfinite_fraction(x)
     out["blowup_fraction"] = blowup_fraction(x, ref)
     return out
 
 
 def _json_safe(x: Any) -> Any:
+    """Non-finite floats as the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has none;
+    ``null`` would read as "not measured")."""
     if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else str(x)
+        return str(x)
     if isinstance(x, dict):
         return {k: _json_safe(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
@@ -449,23 +538,43 @@ def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
 def data_reference_record(task: Task, opts: RunOptions) -> Path:
     """The ``data`` column: each metric for an independent draw of real data (the val
     split) against the test set; the reference floor every table needs."""
+    from pcgbench.dataguard import data_digest
+
     root = ensure_writable(default_results_dir(opts.results_dir))
-    key = {"task": task.name, "task_params": task.params_dict(), "data_file": opts.data_file,
+    key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
            "method": "data", "config": {}, "seed": 0, "preset": opts.preset,
            "record_version": RECORD_VERSION}
     key = _with_versions(key, code_versions(task))
     path, _ = _paths(root, key)
-    if not opts.force and _read_record(path) is not None:  # a corrupt one is regenerated
+    existing = None if opts.force else _read_record(path)  # a corrupt one is regenerated
+    if existing is not None and set(task.metrics) <= set(existing.get("metrics") or {}):
         return path
     val, test = task.dataset("val"), task.dataset("test")
-    metrics = evaluate(task, val.x, test.x, val.cond, test.cond)
-    variant = f"data={Path(opts.data_file).name}" if opts.data_file else None
-    record = {**key, "variant": variant, "metrics": metrics, "nfe": 0,
-              "created": environment.now(),
+    try:
+        metrics = evaluate(task, val.x, test.x, val.cond, test.cond)
+    except PcgError as exc:
+        raise PcgError(f"{exc} (on the data probe: val vs test, before any fit)") from exc
+    record = {**key, "variant": data_label(task), "metrics": metrics, "nfe": 0,
+              "data_file_path": opts.data_file, "created": environment.now(),
               "note": "val split evaluated against the test split (reference floor)",
               "versions": environment.package_versions(), "git": environment.git_hash()}
-    atomic_write_json(path, _json_safe(record))
+    if task.split_overlaps:
+        record["data_overlap"] = dict(task.split_overlaps)
+    write_record(path, record)
     return path
+
+
+def write_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Write a run record atomically with its content digest (``digest``,
+    :func:`pcgbench.storage.record_digest`); metrics outside their declared ``bounds``
+    are refused.  Returns the record as written."""
+    record = _json_safe(record)
+    for name, value in (record.get("metrics") or {}).items():
+        if name in METRICS and isinstance(value, int | float):
+            metric_value(name, value)
+    record = seal_record(record)
+    atomic_write_json(path, record)
+    return record
 
 
 def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
@@ -480,6 +589,9 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     if opts.timing_repeats < 1 or opts.sample_batch < 1:
         raise PcgError(f"--timing-repeats and --batch-size must be >= 1, got "
                        f"{opts.timing_repeats} and {opts.sample_batch}")
+    if opts.max_minutes is not None and not (0 < opts.max_minutes < math.inf):
+        raise PcgError(f"--max-minutes must be a positive number, got {opts.max_minutes}")
+    check_tag(opts.tag)
     device = environment.resolve_device(opts.device)
     seed_everything(opts.seed)
     task = build_task(opts)
@@ -496,13 +608,94 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     variant = variant_label(task, method, opts)
     from filelock import FileLock
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     # identical concurrent runs: the first does the work, the others wait and skip
     with FileLock(f"{path}.lock"):
         existing = _read_record(path) if not opts.force else None
         if existing is not None:
             return existing, path, True
-        return _execute(opts, task, method, device, key, path, ckpt, variant)
+        with time_limit(opts.max_minutes):
+            return _execute(opts, task, method, device, key, path, ckpt, variant)
+
+
+class RunTimeLimit(PcgError):
+    """The run passed ``--max-minutes``."""
+
+
+@contextlib.contextmanager
+def time_limit(minutes: float | None) -> Iterator[None]:
+    """Raise :class:`RunTimeLimit` in the main thread after ``minutes`` (SIGALRM; a no-op
+    without a limit, off the main thread or where there is no ``setitimer``).  A fit
+    stopped this way resumes from its last partial checkpoint when rerun."""
+    import signal
+    import threading
+
+    if (minutes is None or threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "setitimer")):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise RunTimeLimit(f"the run passed --max-minutes {minutes:g} and was stopped (no "
+                           "record; a rerun resumes from the last partial checkpoint)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, minutes * 60.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+#: warn before a fit with this many times the preset's default updates
+BUDGET_RATIO_WARNING = 100
+#: or whose estimated duration (from recorded s/update) exceeds this many seconds
+BUDGET_SECONDS_WARNING = 3600.0
+
+
+def recorded_seconds_per_update(task: str, preset: str, method: str,
+                                results: str | None) -> float | None:
+    """The median training s/update recorded for (task, preset, method) in the results
+    directory (None where none is recorded)."""
+    folder = default_results_dir(results) / "records" / task / preset / method
+    values = []
+    for p in sorted(folder.glob("*.json"))[:50] if folder.is_dir() else ():
+        try:
+            v = (json.loads(p.read_text()).get("training") or {}).get("seconds_per_update")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(v, int | float) and math.isfinite(v) and v > 0:
+            values.append(float(v))
+    return statistics.median(values) if values else None
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def warn_budget(task: Task, method: Method, opts: RunOptions) -> None:
+    """Warn before a fit whose ``iterations`` is far above the preset's default: with the
+    estimated time where a s/update of this (task, preset, method) is recorded."""
+    iters = getattr(method.config, "iterations", None)
+    default = getattr(default_config(task, type(method), opts.preset), "iterations", None)
+    if not isinstance(iters, int) or not isinstance(default, int) or default <= 0:
+        return
+    ratio = iters / default
+    spu = recorded_seconds_per_update(task.name, opts.preset, method.name, opts.results_dir)
+    if ratio <= 1 or (ratio < BUDGET_RATIO_WARNING
+                      and (spu is None or iters * spu < BUDGET_SECONDS_WARNING)):
+        return
+    import warnings
+
+    estimate = ("" if spu is None else
+                f": ~{_duration(iters * spu)} at the {spu:.3g} s/update recorded for "
+                f"{method.name} on {task.name} at {opts.preset}")
+    warnings.warn(f"iterations={iters} is {ratio:.3g} x the {opts.preset} default ({default})"
+                  f"{estimate}; --max-minutes bounds the run", stacklevel=2)
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
@@ -514,6 +707,8 @@ def _read_record(path: Path) -> dict[str, Any] | None:
         record = json.loads(path.read_text())
         if not isinstance(record, dict) or "metrics" not in record:
             raise ValueError("not a run record")
+        if "digest" in record and record["digest"] != record_digest(record):
+            raise ValueError("its content does not match its digest (edited or damaged)")
         return record
     except (OSError, ValueError) as exc:
         import warnings
@@ -551,8 +746,10 @@ def _sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
 
     reset_peak_memory(device)
     method.nfe.reset()
+    t_first = time.perf_counter()
     first = _guarded(method.name, "sample",
                      lambda: method.sample(cond_slice(0, batch), batch, gen))
+    t_first = time.perf_counter() - t_first
     nfe_per_batch = [method.nfe.count]
     _check_samples(first, task, batch, method.name)
 
@@ -579,7 +776,15 @@ def _sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
                   disable=not opts.progress):
         j = min(n, i + batch)
         chunks.append(timed(cond_slice(i, j), j - i, gen).detach().cpu())
-    for _ in range(opts.timing_repeats - len(repeats)):
+    extra = opts.timing_repeats - len(repeats)
+    per = statistics.median(repeats) if repeats else t_first
+    if extra > 0 and extra * per > BUDGET_SECONDS_WARNING / 6:
+        import warnings
+
+        warnings.warn(f"--timing-repeats {opts.timing_repeats}: {extra} extra timed batches of "
+                      f"~{per:.3g} s, ~{_duration(extra * per)}; --max-minutes bounds the run",
+                      stacklevel=2)
+    for _ in range(extra):
         timed(cond_slice(0, batch), batch, torch.Generator(device="cpu").manual_seed(1))
     per_batch = statistics.median(repeats)
     nfe: float | int = statistics.fmean(nfe_per_batch)
@@ -604,29 +809,42 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
              ) -> tuple[dict[str, Any], Path, bool]:
     started = environment.now()
     t_start = time.perf_counter()
+    task.check_splits()  # finite, non-empty and disjoint splits before any fit
+    data_reference_record(task, opts)  # also probes every metric on real data
+    warn_budget(task, method, opts)
     reset_peak_memory(device)
+    from pcgbench.benchrecords import machine_load
+
+    load = {"fit": {"start": machine_load()}}
     try:
         method, fit_stats, reused = _fit_or_load(method, task, ckpt, opts, device)
     except TrainingDiverged as exc:  # a failed run is recorded, not scored
         record = {**key, **_record_extra(opts), "variant": variant,
-                  "config_hash": config_hash(key),
+                  "config_hash": config_hash(key), "data_file_path": opts.data_file,
                   "status": "diverged", "status_reason": str(exc), "metrics": {},
                   "nfe": None, "device": environment.device_description(device),
                   "versions": environment.package_versions(), "git": environment.git_hash(),
                   "started": started, "finished": environment.now(),
                   "wall_seconds": time.perf_counter() - t_start}
-        record = _json_safe(record)
-        atomic_write_json(path, record)
-        return record, path, False
+        return write_record(path, record), path, False
     train_peak, mem_kind = peak_memory_mb(device)
+    if reused:  # no fit ran: the window holds loading, not training
+        train_peak = None
+    load["fit"]["end"] = machine_load()
     t_fit = time.perf_counter() - t_start
 
     test = task.dataset("test")
+    load["sample"] = {"start": machine_load()}
     sampled = _sample_and_time(method, task, test, opts, device)
+    load["sample"]["end"] = machine_load()
     samples, n = sampled.samples, len(test)
 
-    metrics = evaluate(task, samples, test.x, test.cond, test.cond)
-    data_reference_record(task, opts)
+    try:
+        metrics = evaluate(task, samples, test.x, test.cond, test.cond)
+    except PcgError as exc:  # keep what the fit and sampling produced
+        kept = _save_samples(path, samples, test.x, test.cond,
+                             dataclasses.replace(opts, save_samples=n))
+        raise PcgError(f"{exc}; no record written, the {n} samples are kept in {kept}") from exc
     samples_file = _save_samples(path, samples, test.x, test.cond, opts)
     status, reason = run_status(method, fit_stats, metrics)
 
@@ -653,6 +871,8 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
         "samples_file": samples_file,
         "memory": {"train_peak_mb": train_peak, "sample_peak_mb": sampled.peak_mb,
                    "kind": mem_kind},
+        # 1-min load average and CPU count at start and end of fit and of sampling
+        "load": load,
         "method_info": method.record_extras(),
         "pretrained": method.pretrained_name(),
         "protocol": {**protocol_for(task.name, type(method)).as_record(),
@@ -669,7 +889,8 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
         "wall_seconds": time.perf_counter() - t_start,
         "fit_wall_seconds": t_fit,
         "checkpoint": str(ckpt),
+        "data_file_path": opts.data_file,
     }
-    record = _json_safe(record)
-    atomic_write_json(path, record)
-    return record, path, False
+    if task.split_overlaps:
+        record["data_overlap"] = dict(task.split_overlaps)
+    return write_record(path, record), path, False

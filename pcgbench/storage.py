@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -20,22 +21,54 @@ def _expand(path: Path | str, what: str) -> Path:
 
 
 def _user_dir(env: str, leaf: str) -> Path:
-    if os.environ.get(env):
-        return _expand(os.environ[env], f"${env}")
+    value = os.environ.get(env)
+    if value is not None and value != "" and not value.strip():
+        raise PcgError(f"${env} is blank ({value!r}); unset it or name a directory")
+    if value:
+        return _expand(value, f"${env}")
     base = os.environ.get("XDG_CACHE_HOME") or str(_expand("~", "home") / ".cache")
     return Path(base) / "pcgbench" / leaf
 
 
+def _blank(value: Path | str | None, what: str) -> None:
+    if value is not None and not str(value).strip():
+        raise PcgError(f"{what} is blank ({str(value)!r}); name a directory")
+
+
 def data_dir(override: Path | str | None = None) -> Path:
     """The dataset cache: ``--data-dir``, else ``$PCGBENCH_DATA``, else ~/.cache/pcgbench/data."""
+    _blank(override, "--data-dir")
     return _expand(override, "--data-dir") if override else _user_dir("PCGBENCH_DATA", "data")
 
 
 def results_dir(override: Path | str | None = None) -> Path:
     """Run records and checkpoints: ``--results``, else ``$PCGBENCH_RESULTS``, else
     ~/.cache/pcgbench/results."""
+    _blank(override, "--results")
     return (_expand(override, "--results") if override
             else _user_dir("PCGBENCH_RESULTS", "results"))
+
+
+def storage_error(path: Path | str, exc: OSError, doing: str = "write") -> PcgError:
+    """One line naming the path and the cause of a failed filesystem operation (a full
+    disk, a file-size limit, a read-only or immutable directory, a file in the way)."""
+    return PcgError(f"cannot {doing} {str(path)!r}: {exc.strerror or exc}"
+                    + (f" [{errno_name(exc)}]" if exc.errno else ""))
+
+
+def errno_name(exc: OSError) -> str:
+    import errno
+
+    return errno.errorcode.get(exc.errno or 0, str(exc.errno))
+
+
+def make_dir(path: Path) -> Path:
+    """``mkdir -p``, a failure as one line (:func:`storage_error`)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(path, exc, "create the directory") from exc
+    return path
 
 
 def ensure_writable(path: Path) -> Path:
@@ -51,8 +84,11 @@ def ensure_writable(path: Path) -> Path:
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temp file beside ``path``, then rename it into place, so a
     reader never sees a half-written file and an interrupted write leaves nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    make_dir(path.parent)
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise storage_error(path, exc) from exc
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -61,9 +97,11 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; make it a normal file
         os.replace(tmp, path)
+    except OSError as exc:  # ENOSPC, EFBIG, EROFS, EACCES, ...: the old file is kept
+        raise storage_error(path, exc) from exc
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -77,6 +115,23 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write(path, write)
 
 
+def record_digest(record: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of a run record's content (canonical JSON, every field except
+    ``digest`` itself and the reader's ``_path``)."""
+    import hashlib
+
+    body = {k: v for k, v in record.items() if k not in ("digest", "_path")}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def seal_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as a reader will load it (a JSON round trip) with its ``digest``."""
+    out = json.loads(json.dumps(record, default=str))
+    out["digest"] = record_digest(out)
+    return out
+
+
 def config_hash(obj: Any, length: int = 12) -> str:
     import hashlib
 
@@ -84,14 +139,16 @@ def config_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
-def remove_orphan_temps(root: Path, older_than: float = 3600.0) -> int:
-    """Delete temp files (``.name.XXXX.tmp``) that killed writes left under ``root``,
-    older than ``older_than`` seconds (younger ones may belong to a running write)."""
+def remove_orphan_temps(root: Path, older_than: float = 3600.0,
+                        subdirs: tuple[str, ...] = ("records", "checkpoints")) -> int:
+    """Delete temp files (``.name.XXXX.tmp``) that killed writes left under
+    ``root/<subdir>`` (``"."``: all of ``root``), older than ``older_than`` seconds
+    (younger ones may belong to a running write)."""
     import time
 
     removed = 0
     now = time.time()
-    for sub in ("records", "checkpoints"):
+    for sub in subdirs:
         for p in (root / sub).rglob(".*.tmp") if (root / sub).exists() else ():
             try:
                 if now - p.stat().st_mtime > older_than:

@@ -16,8 +16,9 @@ Jobs are plain ``pcgbench.runner.run`` calls, so fits are preemptible
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,11 @@ def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
     record, path, skipped = run(opts)
     metrics = record.get("metrics", {})
     head = next(iter(metrics.items()), None)
-    detail = "" if head is None else f"{head[0]} {head[1]:.4g}"
-    return {"status": record.get("status", "ok") if not skipped else "exists",
+    detail = "" if head is None else (f"{head[0]} {head[1]:.4g}" if isinstance(head[1], float)
+                                      else f"{head[0]} {head[1]}")
+    status = record.get("status", "ok")
+    # "exists": recorded ok by an earlier or concurrent identical run (not a failure)
+    return {"status": "exists" if skipped and status == "ok" else status,
             "detail": detail, "seconds": time.perf_counter() - t0, "record": str(path)}
 
 
@@ -153,6 +157,9 @@ def make_executor(eo: ExecutorOptions) -> Any:
 
     if eo.kind not in EXECUTORS:
         raise PcgError(f"unknown executor {eo.kind!r}; expected one of {', '.join(EXECUTORS)}")
+    from pcgbench.storage import ensure_writable
+
+    ensure_writable(Path(eo.folder))  # job logs: a read-only --log-dir is one line
     try:
         ex = submitit.AutoExecutor(folder=eo.folder, cluster=eo.kind)
     except RuntimeError as exc:  # e.g. slurm requested where sbatch is missing
@@ -174,6 +181,30 @@ def execute(jobs: list[Job], executor: Any, max_parallel: int,
     pending = list(jobs)
     running: list[tuple[Job, Any]] = []
     results: list[dict[str, Any]] = []
+    try:
+        _drain(pending, running, results, executor, max_parallel, log, counter, total)
+    except BaseException:  # SIGTERM (SweepStopped), Ctrl-C: no job runs on, orphaned
+        cancel(running, log)
+        raise
+    return results
+
+
+def cancel(running: list[tuple[Job, Any]], log: Callable[[str], None] = print) -> None:
+    """Cancel every job still in flight (submitit: SIGINT to a local job's process, the
+    cluster's cancel command for SLURM)."""
+    for job, fut in running:
+        if fut.done():
+            continue
+        try:
+            fut.cancel(check=False)
+            log(f"cancelled: {job.label}")
+        except Exception as exc:  # noqa: BLE001 - keep cancelling the others
+            log(f"could not cancel {job.label}: {type(exc).__name__}: {exc}")
+
+
+def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dict[str, Any]],
+           executor: Any, max_parallel: int, log: Callable[[str], None], counter: list[int],
+           total: int) -> None:
     while pending or running:
         while pending and len(running) < max_parallel:
             job = pending.pop(0)
@@ -196,7 +227,32 @@ def execute(jobs: list[Job], executor: Any, max_parallel: int,
             log(f"[{counter[0]}/{total}] {job.label}: {out['status']}"
                 + (f" ({out['detail']})" if out.get("detail") else "")
                 + (f" {out['seconds']:.1f} s" if out["seconds"] == out["seconds"] else ""))
-    return results
+
+
+class SweepStopped(PcgError):
+    """The sweep's process received SIGTERM: its running jobs were cancelled."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a scheduler or ``kill``) raises :class:`SweepStopped` in the main thread,
+    so :func:`execute` cancels the jobs in flight instead of leaving them orphaned."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SweepStopped("sweep stopped by SIGTERM; running jobs cancelled (completed "
+                           "records are kept; rerun the sweep to finish)")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def sweep(p: Plan, eo: ExecutorOptions, log: Callable[[str], None] = print
@@ -205,10 +261,11 @@ def sweep(p: Plan, eo: ExecutorOptions, log: Callable[[str], None] = print
     executor = make_executor(eo)
     counter = [0]
     results: list[dict[str, Any]] = []
-    for stage, jobs in p.stages.items():
-        if jobs:
-            log(f"-- stage {stage}: {len(jobs)} job(s)")
-            t0 = time.perf_counter()
-            results += execute(jobs, executor, eo.max_parallel, log, counter, p.n_jobs)
-            log(f"-- stage {stage} done in {time.perf_counter() - t0:.1f} s")
+    with stop_on_sigterm():
+        for stage, jobs in p.stages.items():
+            if jobs:
+                log(f"-- stage {stage}: {len(jobs)} job(s)")
+                t0 = time.perf_counter()
+                results += execute(jobs, executor, eo.max_parallel, log, counter, p.n_jobs)
+                log(f"-- stage {stage} done in {time.perf_counter() - t0:.1f} s")
     return results

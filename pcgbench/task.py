@@ -148,6 +148,10 @@ class Task(ABC):
     version: ClassVar[int] = 0
     #: bump when a change alters the generated data itself: also regenerates the cache
     data_version: ClassVar[int] = 0
+    #: why rows shared between splits are the reference protocol's own (e.g. test
+    #: conditions drawn from the training seed); empty: any shared row is refused
+    #: (:func:`pcgbench.dataguard.check_split`)
+    split_overlap_reason: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -163,6 +167,9 @@ class Task(ABC):
         self.data_file = data_file
         self.progress = progress
         self._splits: dict[str, FieldData] = {}
+        self._row_hashes: dict[str, list[bytes]] = {}
+        #: rows shared between splits ("train/test": n), where the task declares them
+        self.split_overlaps: dict[str, int] = {}
 
     # -- to implement ---------------------------------------------------------------
     @classmethod
@@ -185,6 +192,14 @@ class Task(ABC):
     def load_external(self, path: Path, split: str) -> FieldData:
         """Load ``split`` from a published data file (``--data-file``)."""
         raise PcgError(f"task {self.name!r} has no loader for external data files")
+
+    def external_files(self, path: Path) -> list[Path]:
+        """Every file ``load_external(path, ...)`` may read (their contents are the data's
+        identity): by default a ``{split}`` template's files, every file in a directory,
+        or the file itself.  A loader that reads other files (e.g. a sibling) overrides."""
+        from pcgbench.dataguard import external_files
+
+        return external_files(path)
 
     # -- optional hooks ---------------------------------------------------------------
     def constraints(self) -> Mapping[str, Constraint]:
@@ -222,10 +237,12 @@ class Task(ABC):
         if split not in SPLITS:
             raise PcgError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
         if split not in self._splits:
+            from pcgbench.dataguard import check_split
+
             if self.data_file is not None:
                 path = Path(self.data_file)
                 try:
-                    self._splits[split] = self.load_external(path, split)
+                    data = self.load_external(path, split)
                 except PcgError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - a file of the wrong kind
@@ -233,11 +250,20 @@ class Task(ABC):
                         f"--data-file {str(path)!r} cannot be read as {self.name!r} data "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
                     ) from exc
+                source = f"--data-file {str(path)!r}"
             else:
                 from pcgbench.datacache import load_or_generate
 
-                self._splits[split] = load_or_generate(self, split)
+                data = load_or_generate(self, split)
+                source = f"the {self.name!r} data cache"
+            check_split(self, split, data, source)
+            self._splits[split] = data
         return self._splits[split]
+
+    def check_splits(self) -> None:
+        """Load every split (each checked finite and disjoint from the others on load)."""
+        for split in SPLITS:
+            self.dataset(split)
 
     @cached_property
     def normalizer(self) -> Normalizer:

@@ -85,8 +85,14 @@ def check_shape(arr: Any, expected: tuple[int | None, ...], what: str, path: Pat
 
 
 def check_span(coords: Any, expected: float, what: str, path: Path, task: str) -> None:
+    """The coordinate array ``coords``: at least two finite, increasing values spanning
+    ``expected`` (to 1e-3); one-line :class:`PcgError` otherwise."""
     c = np.asarray(coords, dtype=np.float64).reshape(-1)
-    span = float(c[-1] - c[0]) if c.size > 1 else 0.0
+    if c.size < 2 or not np.isfinite(c).all() or not (np.diff(c) > 0).all():
+        raise PcgError(f"{task}: {what} of {str(path)!r} must hold at least two finite, "
+                       f"increasing values; got {c.size} value(s)"
+                       + ("" if np.isfinite(c).all() else ", some NaN/Inf"))
+    span = float(c[-1] - c[0])
     if abs(span - expected) > 1e-3 * max(abs(expected), 1.0):
         raise PcgError(f"{task}: {what} of {str(path)!r} spans {span:.6g}, expected "
                        f"{expected:.6g}")

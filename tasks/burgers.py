@@ -322,6 +322,12 @@ class BurgersTask(Task):
 
     def _check_coordinates(self, xc: np.ndarray, tc: np.ndarray, nt_f: int, path: Path) -> None:
         p = self.params
+        for name, c in (("x-coordinate", xc), ("t-coordinate", tc)):
+            c = np.asarray(c, dtype=np.float64).reshape(-1)
+            if c.size < 2 or not np.isfinite(c).all() or not (np.diff(c) > 0).all():
+                raise PcgError(f"{name} of {str(path)!r} must hold at least two finite, "
+                               f"increasing values; got {c.size} value(s)"
+                               + ("" if np.isfinite(c).all() else ", some NaN/Inf"))
         if tc.size < nt_f or abs(float(tc[nt_f - 1] - tc[0]) - p.t_final) > 1e-3 * p.t_final:
             raise PcgError(
                 f"t-coordinate of {str(path)!r} does not span [0, {p.t_final}] over {nt_f} slices"

@@ -349,6 +349,16 @@ class KolmogorovTask(Task):
         return {"streamfunction": lambda: StreamfunctionChart2D((n, n), indexing="ij")}
 
     # -- external data ---------------------------------------------------------------------
+    def external_files(self, path: Path) -> list[Path]:
+        """The named file and, for ``kolmogorov_{train,test}.h5``, its sibling (read for
+        the other splits)."""
+        files = super().external_files(path)
+        pair = {"kolmogorov_train.h5": "kolmogorov_test.h5",
+                "kolmogorov_test.h5": "kolmogorov_train.h5"}
+        if path.is_file() and path.name in pair and path.with_name(pair[path.name]).is_file():
+            files = sorted({*files, path.with_name(pair[path.name])})
+        return files
+
     def load_external(self, path: Path, split: str) -> FieldData:
         """Read PBFM's ``kolmogorov_train.h5`` / ``kolmogorov_test.h5``.
 

@@ -17,6 +17,7 @@ import torch
 from pcgbench.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pcgbench.cli import main
 from pcgbench.method import FitStats
+from pcgbench.storage import seal_record
 
 RUN = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--quiet"]
 
@@ -106,11 +107,16 @@ def test_leaderboard_skips_and_names_bad_records(dirs, capsys):
                                                         "metrics": "oops"}))
     inf = json.loads(_one(dirs / "results" / "records", "*fm_ot/seed0-*.json").read_text())
     inf["seed"], inf["metrics"]["re"] = 1, "inf"
-    (folder / "inf.json").write_text(json.dumps(inf))
+    (folder / "edited.json").write_text(json.dumps(inf))  # its digest no longer matches
+    (folder / "inf.json").write_text(json.dumps(seal_record(inf)))  # as written with inf
     capsys.readouterr()
-    with pytest.warns(UserWarning, match="skipping"):
+    with pytest.warns(UserWarning, match="skipping") as caught:
         assert main(["leaderboard", "--task", "burgers", "--no-reported"]) == 0
-    assert "fm_ot (n=2)" in capsys.readouterr().out
+    assert any("edited.json: its content does not match its digest" in str(w.message)
+               for w in caught)
+    out = capsys.readouterr().out
+    assert "fm_ot (n=2)" in out
+    assert "non-finite metric: re of fm_ot is inf in 1 of 2 seed(s)" in out
 
 
 def test_killed_write_leaves_no_record_that_loads(dirs, monkeypatch, capsys):

@@ -1,6 +1,6 @@
-"""A leaderboard cell is one identity: a --set/--chart/--data-file/--tag run is a named
-variant column, never averaged with (or replacing) the default; the run key covers the
-device kind and the sampling batch size."""
+"""A leaderboard cell is one identity: a --set/--chart/--data-file/--batch-size/--tag run
+is a named variant column, never averaged with (or replacing) the default; the run key
+covers the device kind and the sampling batch size."""
 
 from __future__ import annotations
 
@@ -41,9 +41,11 @@ def test_tag_names_a_variant_and_batch_size_is_a_new_record(dirs, capsys):
     assert main([*RUN, "--tag", "mine"]) == 0
     recs = [r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]
     assert sorted(r["sample_batch"] for r in recs) == [4, 64, 64]
-    assert {r.get("variant") for r in recs} == {None, "mine"}
+    # tags have their own namespace; another sampling batch size is its own column
+    assert {r.get("variant") for r in recs} == {None, "tag:mine", "sample_batch=4"}
     assert all(r["device_kind"] == "cpu" for r in recs)
-    assert "fm_ot[mine]" in _table(capsys, "--variants")
+    table = _table(capsys, "--variants")
+    assert "fm_ot[tag:mine]" in table and "fm_ot[sample_batch=4]" in table
 
 
 def test_show_config_prints_the_resolved_config(capsys):

@@ -183,9 +183,11 @@ def test_registry_order_and_unknown_names(task):
 
 
 #: PMosFM at smoke on Burgers, torch.manual_seed(0), fitted before objectives were
-#: pluggable (torch 2.13 CPU), with the defaults of that time (now pmosfm_tuned's): the
-#: loss of every update and the sum of |w| and w^2 over the network's weights, as exact
-#: float hex
+#: pluggable (torch 2.13 CPU, one machine), with the defaults of that time (now
+#: pmosfm_tuned's): the loss of every update and the sum of |w| and w^2 over the
+#: network's weights, as float hex.  Compared within ``GOLDEN_RTOL``, not bit for bit:
+#: float32 kernels differ between CPUs (vector width, FMA, reduction order), and another
+#: machine's torch 2.13 gave 0x1.fc98dcp-2 for the first loss (1.2e-7 relative)
 BEFORE = [
     (dict(iterations=3),
      ["0x1.fc98e00000000p-2", "0x1.0cf7380000000p-1", "0x1.faece80000000p-2"],
@@ -197,16 +199,24 @@ BEFORE = [
 ]
 
 
+#: float32 round-off of a 3-4 update fit on another CPU's kernels: each loss and weight
+#: sum reduces ~1e4 float32 terms (a reordered sum differs by up to ~sqrt(n) eps ~ 1e-5
+#: relative; 1.2e-7 observed), carried through 3-4 Adam updates.  A change of the
+#: objective itself moves the losses far more (the second case's shares move the first
+#: loss by 3.2 %), so the test still pins the native objective.
+GOLDEN_RTOL = 1e-4
+
+
 @pytest.mark.parametrize("changes,losses,abs_sum,sq_sum", BEFORE)
-def test_native_default_trains_bit_for_bit_as_before(task, changes, losses, abs_sum, sq_sum):
+def test_native_default_trains_as_before(task, changes, losses, abs_sum, sq_sum):
     torch.manual_seed(0)
     m = PMosFM(task, PMosFMTunedConfig.for_preset("smoke").replace(**changes))
     assert m.config.objective == "native"
     stats = m.fit(task.dataset("train"), progress=False)
-    assert [float.hex(v) for v in stats.losses] == losses
+    assert stats.losses == pytest.approx([float.fromhex(v) for v in losses], rel=GOLDEN_RTOL)
     w = torch.cat([p.detach().flatten().double() for p in m.net.parameters()])
-    assert float.hex(float(w.abs().sum())) == abs_sum
-    assert float.hex(float(w.pow(2).sum())) == sq_sum
+    assert float(w.abs().sum()) == pytest.approx(float.fromhex(abs_sum), rel=GOLDEN_RTOL)
+    assert float(w.pow(2).sum()) == pytest.approx(float.fromhex(sq_sum), rel=GOLDEN_RTOL)
 
 
 RUN = ["run", "--task", "burgers", "--method", "pmosfm", "--preset", "smoke", "--quiet",

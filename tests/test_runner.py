@@ -78,7 +78,7 @@ def test_nonfinite_samples_recorded_not_crashing(tmp_path):
 def test_all_nan_gives_nan_metrics(tmp_path):
     record, _, _ = run(_opts(tmp_path, nan_fraction=1.0))
     assert record["metrics"]["nonfinite_fraction"] == 1.0
-    assert record["metrics"]["wd"] is None  # NaN is stored as JSON null
+    assert record["metrics"]["wd"] == "nan"  # NaN as the string "nan" (null: not measured)
 
 
 def test_shape_mismatch_is_one_line_error(tmp_path):

@@ -67,7 +67,43 @@ def build_backbone(
     if any(n < 1 for n in shape):
         raise PcgError(f"backbone spatial_shape must be positive, got {shape}")
     builder = BACKBONES.get(cfg.kind)
+    with torch.device("meta"):  # sizes only: no memory, no random numbers drawn
+        probe = builder(cfg, in_channels, out_channels, shape, n_times, cond_dim)
+    check_memory(cfg, probe, shape)
     return builder(cfg, in_channels, out_channels, shape, n_times, cond_dim)
+
+
+#: bytes per parameter to train with Adam in float32: weights, gradients, two moments
+TRAIN_BYTES_PER_PARAMETER = 16
+
+
+def check_memory(cfg: BackboneConfig, probe: nn.Module, shape: tuple[int, ...]) -> None:
+    """Refuse (one line, with the estimate) a backbone whose training state (parameters,
+    gradients and Adam moments in float32) exceeds the memory available on this machine
+    (Linux MemAvailable; unchecked where unknown).  The activation estimate of one
+    sample (``width`` channels on the grid per layer) is printed with it."""
+    from pcgbench.methods._sampling import free_memory_bytes
+
+    n = sum(p.numel() for p in probe.parameters())
+    need = n * TRAIN_BYTES_PER_PARAMETER
+    free = free_memory_bytes(torch.device("cpu"))
+    if free is None or need <= free:
+        return
+    points = 1
+    for s in shape:
+        points *= s
+    act = 4 * cfg.width * points * cfg.layers
+    raise PcgError(f"backbone {cfg.kind} (width={cfg.width}, modes={cfg.modes}, layers="
+                   f"{cfg.layers}) has {n:.3g} parameters: ~{_gb(need)} to train (float32 "
+                   f"weights, gradients, Adam moments) plus ~{_gb(act)} of activations per "
+                   f"sample; {_gb(free)} is available")
+
+
+def _gb(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9)):
+        if n >= size / 10:
+            return f"{n / size:.3g} {unit}"
+    return f"{n / 1e6:.3g} MB"
 
 
 __all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "FieldCondInput",
