@@ -99,6 +99,14 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         os.replace(tmp, path)
     except OSError as exc:  # ENOSPC, EFBIG, EROFS, EACCES, ...: the old file is kept
         raise storage_error(path, exc) from exc
+    except RuntimeError as exc:  # h5py reports a failed system call as "errno = N"
+        import re
+
+        found = re.search(r"errno = (\d+)", str(exc))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise storage_error(path, OSError(code, os.strerror(code))) from exc
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
