@@ -24,7 +24,15 @@ from tabulate import tabulate
 
 from pcgbench.errors import PcgError
 from pcgbench.leaderboard.reported import reported_csv
-from pcgbench.leaderboard.tables import _fmt, booktabs, is_ok, latex_escape, status_of
+from pcgbench.leaderboard.tables import (
+    _fmt,
+    booktabs,
+    is_ok,
+    latex_escape,
+    render_notes,
+    status_of,
+)
+from pcgbench.registry import TASKS
 
 
 @dataclass(frozen=True)
@@ -234,7 +242,8 @@ def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
                          "mean": statistics.fmean(vals),
                          "std": statistics.stdev(vals) if len(vals) > 1 else float("nan"),
                          "seeds": len(vals), "source": "measured",
-                         "extras": (captions or {}).get((p, rest), "")})
+                         "extras": (captions or {}).get((p, rest), ""),
+                         "data": TASKS.get(task).provenance(p) if task in TASKS else ""})
     if reported is not None:
         bench = {b: n for _, n, b in layout.benchmarks}
         for b in reported.index:
@@ -276,11 +285,12 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
                          headers=[esc(h) for h in ["benchmark"] + [
                              f"{layout.method_label}-{column_label(v)}" for v in columns]],
                          tablefmt=tablefmt, disable_numparse=True)
-        caption = captions.get((p, rest))
-        if caption:
-            table += ("\n\n" if fmt == "md" else "\n% ") + caption
+        notes = [captions[(p, rest)]] if captions.get((p, rest)) else []
+        notes += [f"data ({name}): {TASKS.get(task).provenance(p)}"
+                  for task, name, _ in layout.benchmarks
+                  if task in TASKS and any(t == task for t, _ in cells)]
         out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + (booktabs(table) if fmt == "latex" else table))
+                   + (booktabs(table) if fmt == "latex" else table) + render_notes(notes, fmt))
     if rep is not None:
         names = {b: n for _, n, b in layout.benchmarks}
         title = ("Reported in the paper (energy distance; authors' data and GPU; not "

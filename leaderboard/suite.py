@@ -26,6 +26,7 @@ from pcgbench.leaderboard.tables import (
     booktabs,
     group_records,
     latex_escape,
+    render_notes,
     summary_frame,
 )
 from pcgbench.registry import METRICS, TASKS
@@ -190,6 +191,8 @@ def _rows(mean: pd.DataFrame, std: pd.DataFrame | None, fmt: str, skip: frozense
 def _csv(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
          reported: pd.DataFrame | None, layout: SuiteLayout, preset: str) -> str:
     names = {row_label(m): m for m in ROWS}
+    provenance = {name: TASKS.get(t).provenance(preset) for t, name in layout.datasets
+                  if t in TASKS}
     long = []
     for key in mean.index:
         for m in mean.columns:
@@ -197,7 +200,8 @@ def _csv(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
             long.append({"dataset": key[0], "metric": names[key[1]], "method": m,
                          "preset": preset,
                          "value": mean.loc[key, m] * u, "std": std.loc[key, m] * u,
-                         "seeds": max(counts[m]) if counts[m] else 0, "source": "measured"})
+                         "seeds": max(counts[m]) if counts[m] else 0, "source": "measured",
+                         "data": provenance.get(key[0], "")})
     if reported is not None:
         df = reported_csv(layout.reported)
         display = dict(layout.datasets)
@@ -235,8 +239,10 @@ def render_suite(records: list[dict], suite: str, fmt: str = "md",
         table = tabulate(_rows(mean, std, fmt, frozenset({"data"})),
                          headers=[latex_escape(h) for h in headers] if fmt == "latex"
                          else headers, tablefmt=tablefmt, disable_numparse=True)
+        notes = [f"data ({name}): {TASKS.get(t).provenance(p)}" for t, name in layout.datasets
+                 if t in TASKS]
         out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + (booktabs(table) if fmt == "latex" else table))
+                   + (booktabs(table) if fmt == "latex" else table) + render_notes(notes, fmt))
         if missing:
             out.append(f"no records at preset {p} for: {', '.join(missing)}"
                        if fmt == "md" else f"% no records at preset {p} for: "

@@ -421,3 +421,38 @@ def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
                      "average exceeded its CPU count: " + ", ".join(f"{c} {r}" for r, c in
                                                                     cells))
     return lines
+
+
+def render_notes(lines: list[str], fmt: str) -> str:
+    """The notes under a table: markdown paragraphs, or LaTeX text after the tabular
+    (escaped, small type); '' for none."""
+    if not lines:
+        return ""
+    if fmt == "latex":
+        return ("\n\\par\\noindent{\\footnotesize "
+                + " \\\\\n".join(latex_escape(line) for line in lines) + "}")
+    from pcgbench.log import printable
+
+    return "".join(f"\n\n{printable(line)}" for line in lines)
+
+
+def annotate_frame(frame: pd.DataFrame, task: str, preset: str,
+                   mean: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The CSV form of :func:`table_notes`: columns ``data`` (the task's provenance at
+    this preset), ``loaded`` (a timing value measured under load, ``LOADED_MARK``) and
+    ``departs_from_paper`` (a derived column's departures, e.g. ``pmosfm_tuned``)."""
+    cls = TASKS.lookup(task)
+    frame = frame.copy()
+    frame["data"] = cls.provenance(preset) if cls is not None and hasattr(
+        cls, "provenance") else ""
+    loaded = mean.attrs.get("loaded", set()) if mean is not None else set()
+    frame["loaded"] = [(r, m) in loaded for r, m in zip(frame["row"], frame["method"],
+                                                         strict=True)]
+
+    def departs(column: str) -> str:
+        cls_m = METHODS.lookup(method_of(column))
+        deps = getattr(cls_m, "departures", None) if cls_m is not None else None
+        return "; ".join(deps.values()) if deps else ""
+
+    frame["departs_from_paper"] = [departs(m) for m in frame["method"]]
+    return frame

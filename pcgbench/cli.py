@@ -347,14 +347,18 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
             reported = reported_table(bench) if bench else None
         notes = backbone_notes(mean, preset)  # before --methods may drop the backbone
         mean, std, seeds, reported = select(mean, std, seeds, args.rows, args.methods, reported)
+        from pcgbench.leaderboard.tables import annotate_frame, render_notes, table_notes
+
+        shown = {m: groups[(task, preset)][m] for m in mean.columns}
         if args.format == "csv":  # one CSV for all tasks: task and preset columns
-            frame = long_frame(mean, std, seeds, reported)
+            frame = annotate_frame(long_frame(mean, std, seeds, reported), task, preset, mean)
             frame.insert(0, "preset", preset)
             frame.insert(0, "task", task)
             csv_frames.append(frame)
             continue
         print(f"\n## {task} (preset {preset})\n")
-        print(format_table(mean, std, seeds, args.format, reported))
+        print(format_table(mean, std, seeds, args.format, reported)
+              + render_notes(table_notes(task, preset, shown, mean), args.format))
         if args.format == "md":
             from pcgbench.leaderboard.tables import nonfinite_notes
             from pcgbench.log import printable

@@ -45,9 +45,30 @@ def git_hash() -> str | None:
     return res.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def full_fp32() -> dict[str, str]:
+    """Make every float32 matmul and convolution IEEE float32 on CUDA, as on the CPU
+    (torch's default lets cuDNN convolutions use TF32, a 10-bit mantissa: the U-Net
+    backbone and convolutional metrics would then compute differently on a GPU);
+    returns the settings now in force."""
+    backends = torch.backends
+    mods = {"matmul": getattr(backends.cuda, "matmul", None),
+            "conv": getattr(backends.cudnn, "conv", None),
+            "rnn": getattr(backends.cudnn, "rnn", None)}
+    if all(hasattr(m, "fp32_precision") for m in mods.values()):
+        for m in mods.values():
+            m.fp32_precision = "ieee"
+        return {k: str(m.fp32_precision) for k, m in mods.items()}
+    backends.cuda.matmul.allow_tf32 = False  # torch before the fp32_precision API
+    backends.cudnn.allow_tf32 = False
+    return {"matmul": "ieee", "conv": "ieee", "rnn": "ieee"}
+
+
 def resolve_device(name: str = "auto") -> torch.device:
+    """The device of a run (``auto``: CUDA when present); float32 is IEEE on it
+    (:func:`full_fp32`)."""
     from pcgbench.errors import PcgError
 
+    full_fp32()
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

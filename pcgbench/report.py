@@ -27,7 +27,7 @@ from pcgbench.leaderboard import (
     reported_table,
     summary_frame,
 )
-from pcgbench.leaderboard.tables import best_column, fmt_number
+from pcgbench.leaderboard.tables import LOADED_MARK, best_column, fmt_number, method_of
 from pcgbench.registry import TASKS
 
 _CSS = """
@@ -84,6 +84,7 @@ def table_html(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
             s = fmt_number(mean.loc[row, m])
             if not math.isnan(std.loc[row, m]):
                 s += " ± " + fmt_number(std.loc[row, m])
+            s += LOADED_MARK if (row, m) in mean.attrs.get("loaded", ()) else ""
             cls = ' class="best"' if m == best else ""
             cells.append(f"<td{cls}>{html.escape(s)}</td>")
         rows.append(f"<tr><td>{html.escape(row)}</td>{''.join(cells)}</tr>")
@@ -102,7 +103,7 @@ def table_html(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
 
 
 def _col(m: str, seeds: dict[str, int]) -> str:
-    return m.replace("data", "data (reference)", 1) if m.split("[", 1)[0] == "data" \
+    return m.replace("data", "data (reference)", 1) if method_of(m) == "data" \
         else f"{m} (n={seeds[m]})"
 
 
@@ -177,9 +178,12 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
     reported = reported_table(bench) if bench else None
     parts = [f'<h2 id="{html.escape(task)}-{html.escape(preset)}">{html.escape(task)} '
              f"(preset {html.escape(preset)})</h2>", table_html(mean, std, seeds, reported)]
-    for line in backbone_notes(mean, preset) + failed_notes(records, {task}, preset):
+    from pcgbench.leaderboard.tables import table_notes
+
+    for line in (table_notes(task, preset, by_method, mean) + backbone_notes(mean, preset)
+                 + failed_notes(records, {task}, preset)):
         parts.append(f'<p class="note">{html.escape(line)}</p>')
-    methods = [m for m in mean.columns if m.split("[", 1)[0] != "data"]
+    methods = [m for m in mean.columns if method_of(m) != "data"]
     quality = next((r for r in ("wd", "re") if r in mean.index), order[0] if order else None)
 
     def cost_plot() -> Any:

@@ -65,13 +65,45 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def _status_kib(field: str) -> int | None:
+    """A ``/proc/self/status`` field in KiB (VmRSS, VmHWM), or None off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+#: the RSS (KiB) when the CPU peak was last reset, or None where it cannot be reset
+_rss_baseline: int | None = None
+
+
 def reset_peak_memory(device: torch.device) -> None:
+    """Start a peak-memory window: CUDA's peak statistics; on CPU (Linux) the process's
+    high-water mark VmHWM (``/proc/self/clear_refs`` 5) and the RSS at this moment."""
+    global _rss_baseline
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        _rss_baseline = _status_kib("VmRSS")
+    except OSError:
+        _rss_baseline = None
 
 
 def peak_memory_mb(device: torch.device) -> tuple[float, str]:
-    """(peak MiB, what was measured): CUDA max allocated on GPU, process peak RSS on CPU."""
+    """(peak MiB since :func:`reset_peak_memory`, what was measured): CUDA max allocated
+    on GPU ("cuda_max_allocated"); on CPU the growth of the process's resident set over
+    the window, VmHWM - RSS at the reset ("cpu_peak_rss_delta"), or -- where the peak
+    cannot be reset -- the process's lifetime peak RSS ("process_peak_rss")."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+    hwm = _status_kib("VmHWM")
+    if _rss_baseline is not None and hwm is not None:
+        return max(hwm - _rss_baseline, 0) / 1024, "cpu_peak_rss_delta"
     return peak_rss_mb(), "process_peak_rss"

@@ -324,6 +324,8 @@ class BurgersSuiteTask(Task):
     ``cond_dim`` and :meth:`make_cond`, and declare their constraints and charts."""
 
     Params = BurgersSuiteParams
+    data_source = "our inviscid Godunov finite-volume solver (PCFM protocol)"
+    paper_data = "PCFM Burgers data (101 x 101)"
     fixed: ClassVar[str] = "ic"
     group_statistics_by_cond: ClassVar[bool] = True
     ffm_prior: ClassVar[str] = "matern12"

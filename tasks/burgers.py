@@ -163,6 +163,10 @@ class BurgersTask(Task):
 
     Params = BurgersParams
     paper_benchmark = "burgers"
+    data_source = "our IF-RK4 pseudo-spectral solver (PDEBench-style initial conditions, nu = 1e-3)"
+    paper_data = "PDEBench 1D_Burgers_Sols_Nu0.001 (1024 x 201)"
+    provenance_notes = {"cpu": "solved on 1024 points, stored as cell averages on 128",
+                        "smoke": "solved on 1024 points, stored as cell averages on 32"}
     description = "1-D viscous Burgers trajectories u(t, x), nu=1e-3, periodic, t in [0, 2]"
 
     @classmethod

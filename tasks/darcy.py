@@ -165,6 +165,8 @@ class DarcyTask(Task):
 
     Params = DarcyParams
     paper_benchmark = "darcy"
+    data_source = "our finite-volume solver of PIDM/PBFM's Darcy problem (KL log-permeability)"
+    paper_data = "PIDM/PBFM Darcy data (64 x 64)"
     description = "2-D Darcy flow [p, K], log-Gaussian K (KL, 64 modes), no-flux, zero-mean p"
 
     @classmethod

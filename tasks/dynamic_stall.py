@@ -89,6 +89,10 @@ class DynamicStallTask(Task):
 
     Params = DynamicStallParams
     paper_benchmark = "dynamic_stall"
+    data_source = ("a SURROGATE of PBFM's RANS data (panel method + Beddoes-Leishman + "
+                   "Karman-Tsien + Thwaites; our code, not RANS; the two closures exact)")
+    paper_data = ("PBFM unsteady RANS of a pitching NACA0012 (128 x 128, 128 conditions x 32 "
+                  "realizations)")
     metrics = ("re", "wd", "js", "mmse", "smse", "energy")
     description = ("SURROGATE of PBFM's pitching-NACA0012 RANS surface fields (p, grad u_s, "
                    "T, rho, tau_w | M, alpha, amplitude, k); exact ideal-gas and "

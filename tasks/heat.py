@@ -121,6 +121,8 @@ class HeatTask(Task):
 
     Params = HeatParams
     paper_benchmark = "heat"
+    data_source = "the exact solution sin(x + phi) exp(-nu t) (PCFM protocol)"
+    paper_data = "PCFM heat data (100 x 100)"
     description = "1-D heat u=sin(x+phi)exp(-nu t), IC + conservation constraints (PCFM suite)"
     metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")
     group_statistics_by_cond: ClassVar[bool] = True

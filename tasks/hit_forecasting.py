@@ -58,6 +58,13 @@ class HITTask(Task):
     Helmholtz chart."""
 
     velocity_channels = (0, 1, 2)
+    data_source = "our forced-HIT pseudo-spectral DNS (one trajectory, Lundgren forcing)"
+    paper_data = "Gen4Turbulence DNS (128^3, 204 frames)"
+    provenance_notes = {
+        "smoke": "a 16^3 DNS stored at 8^3 (Fourier truncation)",
+        "cpu": "a 32^3 DNS stored at 16^3 (Fourier truncation)",
+        "paper": "a 128^3 DNS",
+    }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -107,6 +107,8 @@ class KFGenerationTask(Task):
     #: key of the paper's one-step ablation table (energy distance); the main table has no
     #: KF-generation rows
     paper_benchmark = "kf_generation"
+    data_source = "our pseudo-spectral vorticity solver at Re = 1000 (the Re is our choice)"
+    paper_data = "Kolmogorov-flow snapshots (128 x 128; Re not stated)"
     metrics = ("re", "wd", "js", "mmse", "smse", "energy", "spectrum", "mmd")
     description = "2-D Kolmogorov flow (u, v) snapshots at fixed Re = 1000, unconditional"
 

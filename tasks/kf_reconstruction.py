@@ -115,6 +115,10 @@ class KFReconstructionTask(Task):
     Params = KFReconstructionParams
     #: key of the paper's one-step ablation table (energy distance)
     paper_benchmark = "kf_reconstruction"
+    data_source = ("our kf_generation snapshots with bilinearly upsampled observations (factors 1, "
+                   "2, 4)")
+    paper_data = ("Kolmogorov-flow snapshots (128 x 128; test conditions and ensemble size not "
+                  "stated)")
     metrics = ("re", "recon_rel_l2", "recon_mse", "crps", "coverage90", "width90",
                "spectrum", "energy", "mmse", "smse")
     description = ("2-D Kolmogorov flow (u, v) at Re = 1000 reconstructed from a low-"

@@ -222,6 +222,9 @@ class KolmogorovTask(Task):
 
     Params = KolmogorovParams
     paper_benchmark = "kolmogorov"
+    data_source = "our pseudo-spectral vorticity solver (PBFM's Kolmogorov flow)"
+    paper_data = "PBFM data (128 x 128, 32 training Re x 1024 snapshots)"
+    provenance_notes = {"cpu": "solved on 64^2, stored at 32^2; 8 training Re x 64 snapshots"}
     #: the paper's metrics (``re`` = central-difference divergence) + the spectral one
     metrics = ("re", "re_spectral", "wd", "js", "mmse", "smse", "energy")
     description = "2-D Kolmogorov flow (u, v) snapshots, conditional on Re in [100, 500]"

@@ -149,6 +149,8 @@ class NavierStokesTask(Task):
 
     Params = NavierStokesParams
     paper_benchmark = "navier_stokes"
+    data_source = "our Crank-Nicolson pseudo-spectral vorticity solver (PCFM protocol)"
+    paper_data = "PCFM Navier-Stokes data (64 x 64 x 50)"
     metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")
     group_statistics_by_cond: ClassVar[bool] = True
     ffm_prior: ClassVar[str] = "white"

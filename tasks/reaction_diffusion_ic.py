@@ -176,6 +176,8 @@ class ReactionDiffusionICTask(Task):
 
     Params = ReactionDiffusionParams
     paper_benchmark = "reaction_diffusion_ic"
+    data_source = "our Fisher-KPP split-step finite-volume solver (PCFM protocol)"
+    paper_data = "PCFM reaction-diffusion data (128 x 100)"
     description = ("1-D reaction-diffusion u_t = nu u_xx + rho u(1-u), Neumann fluxes; "
                    "IC + mass-balance constraints (PCFM suite)")
     metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")

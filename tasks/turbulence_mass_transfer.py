@@ -61,6 +61,8 @@ class TurbulenceMassTransferTask(Task):
     """2-D flow past a random immersed body: (u, v, p, signed distance), unconditional."""
 
     Params = TMTParams
+    data_source = "our Brinkman-penalization solver of flow past a random body"
+    paper_data = "TMT data (not public; grid not stated)"
     velocity_channels = (0, 1)
     metrics = ("re", "wd", "js", "mmse", "smse", "energy")
     description = ("2-D incompressible flow past a random immersed body (Brinkman "

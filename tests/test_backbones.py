@@ -261,3 +261,44 @@ def test_parameter_count_counts_shared_parameters_once():
     wrapper = nn.Sequential(lin)  # e.g. an ODE-solver module holding the same net
     assert parameter_count(lin) == 16
     assert parameter_count(lin, wrapper) == 16
+
+
+def _full_spectrum(half: torch.Tensor, n: tuple[int, ...]) -> torch.Tensor:
+    """The full fftn spectrum whose rfftn half is ``half`` (conjugate mirror of the
+    missing last-axis indices): what any backend's C2R inverts for Hermitian input."""
+    d = len(n)
+    full = torch.zeros(*half.shape[:-1], n[-1], dtype=half.dtype)
+    full[..., :half.shape[-1]] = half
+    outer = tuple(range(full.ndim - d, full.ndim - 1))
+    for k in range(half.shape[-1], n[-1]):
+        z = half[..., n[-1] - k]
+        if outer:
+            z = torch.roll(torch.flip(z, dims=outer), shifts=(1,) * len(outer), dims=outer)
+        full[..., k] = z.conj()
+    return full
+
+
+@pytest.mark.parametrize("shape", [(33,), (32,), (11, 16), (12, 15), (5, 6, 8)])
+def test_spectral_conv_inverts_a_hermitian_half_spectrum(shape):
+    """The spectrum SpectralConv inverts is Hermitian (independent corner-block weights
+    are not: cuFFT's multi-dimensional C2R then computes another function than the CPU,
+    pytorch#154496): the CPU result is unchanged and equals the real part of a complex
+    (c2c) inverse of the full Hermitian spectrum, which every backend agrees on."""
+    from pcgbench.backbones.fno import hermitian_half
+
+    gen = torch.Generator().manual_seed(0)
+    d = len(shape)
+    half_shape = (2, 3, *shape[:-1], shape[-1] // 2 + 1)
+    raw = torch.complex(torch.randn(half_shape, generator=gen, dtype=torch.float64),
+                        torch.randn(half_shape, generator=gen, dtype=torch.float64))
+    dims = tuple(range(-d, 0))
+    sym = hermitian_half(raw, shape)
+    on_cpu = torch.fft.irfftn(raw, s=shape, dim=dims)
+    torch.testing.assert_close(torch.fft.irfftn(sym, s=shape, dim=dims), on_cpu,
+                               rtol=0, atol=1e-12)
+    c2c = torch.fft.ifftn(_full_spectrum(sym, shape), dim=dims)
+    assert float(c2c.imag.abs().max()) < 1e-12  # Hermitian: a real field
+    torch.testing.assert_close(c2c.real, on_cpu, rtol=0, atol=1e-12)
+    # the raw half-spectrum is not Hermitian: its c2c inverse is not real
+    if d > 1:
+        assert float(torch.fft.ifftn(_full_spectrum(raw, shape), dim=dims).imag.abs().max()) > 1e-3

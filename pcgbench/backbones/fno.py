@@ -25,6 +25,30 @@ def unit_grid(shape: tuple[int, ...], like: Tensor) -> Tensor:
     return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=0).unsqueeze(0)
 
 
+def hermitian_half(spec: Tensor, n: tuple[int, ...]) -> Tensor:
+    """The half-spectrum ``spec`` [..., *n[:-1], n[-1] // 2 + 1] of an rfftn over the
+    last d axes with its self-conjugate slices made Hermitian: the last-axis index 0
+    (and n[-1] / 2 for even n[-1]) replaced by (z_k + conj z_-k) / 2 over the other d - 1
+    axes (for d = 1: the real part).
+
+    Independent weights per low-mode corner block do not keep those slices Hermitian,
+    and a complex-to-real inverse FFT is only defined on Hermitian input: CPU backends
+    (pocketfft) drop the anti-Hermitian part, cuFFT's multi-dimensional C2R does not
+    (pytorch/pytorch#154496), so one set of weights computed different functions on CPU
+    and CUDA.  The projection is what the CPU already computes, so CPU outputs change
+    only by round-off; on CUDA the inverse now means the same."""
+    d = len(n)
+    idx = [0] + ([n[-1] // 2] if n[-1] % 2 == 0 and spec.shape[-1] > n[-1] // 2 else [])
+    out = spec.clone()
+    full = tuple(range(spec.ndim - d, spec.ndim - 1))  # the full-FFT axes
+    for i in idx:
+        z = spec[..., i]
+        neg = torch.roll(torch.flip(z, dims=full), shifts=(1,) * len(full), dims=full) \
+            if full else z
+        out[..., i] = 0.5 * (z + neg.conj())
+    return out
+
+
 class Pointwise(nn.Linear):
     """1x1 convolution over the channel dim (dim 1) of a [B, C, *spatial] tensor."""
 
@@ -70,7 +94,7 @@ class SpectralConv(nn.Module):
                 ws.append(slice(0, m[-1]))
                 block = xf[(..., *xs)]
                 out[(..., *xs)] = torch.einsum("bi...,io...->bo...", block, w[(k, ..., *ws)])
-        return torch.fft.irfftn(out, s=n, dim=dims).to(x.dtype)
+        return torch.fft.irfftn(hermitian_half(out, n), s=n, dim=dims).to(x.dtype)
 
 
 class FNO(nn.Module):
