@@ -21,8 +21,14 @@ def printable(text: object) -> str:
 
 
 class _Printable(logging.Formatter):
+    """One line per message (:func:`printable`); a captured warning without the source
+    line ``warnings`` appends to it."""
+
     def format(self, record: logging.LogRecord) -> str:
-        record.msg, record.args = printable(record.getMessage()), None
+        text = record.getMessage().rstrip("\n")
+        if record.name == "py.warnings" and "\n  " in text:
+            text = text.rsplit("\n  ", 1)[0]
+        record.msg, record.args = printable(text), None
         return super().format(record)
 
 
