@@ -19,12 +19,13 @@ floor where a run still fits ~10 minutes on 2 cores); see docs/protocols.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 import time
 
 import torch
 from tabulate import tabulate
 
-import pcgbench.methods.fm_ot as fm_ot_module
 from pcgbench import environment
 from pcgbench.config import apply_overrides, parse_assignments
 from pcgbench.method import RunContext
@@ -33,9 +34,16 @@ from pcgbench.runner import evaluate, seed_everything
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,
-          batch: int, overrides: dict | None = None) -> list[dict]:
-    task = TASKS.get(task_name)(preset=preset, data_dir=data_dir, progress=False)
-    name = "ffm" if task.spec.zero_shot else "fm_ot"
+          batch: int, overrides: dict | None = None, normalizer: str | None = None,
+          params: dict | None = None, method_name: str | None = None) -> list[dict]:
+    task_cls = TASKS.get(task_name)
+    task_params = task_cls.params_for(preset)
+    if params:
+        task_params = dataclasses.replace(task_params, **params)
+    task = task_cls(preset=preset, data_dir=data_dir, progress=False, params=task_params)
+    if normalizer:
+        task.normalizer_kind = normalizer  # before the cached normalizer is first built
+    name = method_name or ("ffm" if task.spec.zero_shot else "fm_ot")
     cls = METHODS.get(name)
     seed_everything(seed)
     config = apply_overrides(cls.Config.for_preset(preset), dict(overrides or {}))
@@ -51,6 +59,11 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
         if k not in checkpoints:
             return
         clock["train"] += time.perf_counter() - clock["t0"]
+        live = None
+        # sample the averaged weights, as the end of a fit does
+        if getattr(method, "ema", None) is not None:
+            live = {k: v.clone() for k, v in method.net.state_dict().items()}
+            method.ema.copy_to(method.net)
         method.net.eval()
         gen = torch.Generator().manual_seed(10_000 + seed)
         chunks = []
@@ -59,9 +72,11 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
             chunks.append(method.sample(c, min(batch, len(test) - i), gen))
         m = evaluate(task, torch.cat(chunks), test.x, test.cond, test.cond)
         method.net.train()
+        if live is not None:
+            method.net.load_state_dict(live)
         row = {"task": task_name, "backbone": name + (
                    f"[{','.join(f'{a}={b}' for a, b in overrides.items())}]" if overrides
-                   else ""), "updates": k,
+                   else ""), "normalizer": task.normalizer_kind, "updates": k,
                "wd": m.get("wd"), "wd floor": floor.get("wd"),
                "wd / floor": (m["wd"] / floor["wd"]) if m.get("wd") and floor.get("wd")
                else None, "train s": round(clock["train"], 1)}
@@ -72,17 +87,18 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
         print(tabulate([row], headers="keys", floatfmt=".4g"), flush=True)
         clock["t0"] = time.perf_counter()
 
-    original = fm_ot_module.train_loop
+    # the module whose fit calls train_loop (FFM inherits FM-OT's fit: methods.fm_ot)
+    fit_module = sys.modules[type(method).fit.__module__]
+    original = fit_module.train_loop
 
     def train_loop_with_eval(*args, **kwargs):
         return original(*args, **{**kwargs, "on_step": on_step})
 
-    # FFM inherits FM-OT's fit: both call the train_loop name of methods.fm_ot
-    fm_ot_module.train_loop = train_loop_with_eval
+    fit_module.train_loop = train_loop_with_eval
     try:
         method.fit(task.dataset("train"), progress=False)
     finally:
-        fm_ot_module.train_loop = original
+        fit_module.train_loop = original
     return rows
 
 
@@ -94,6 +110,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--method", default=None,
+                    help="the method to train (default: the task's shared backbone, "
+                         "fm_ot or ffm); any method whose fit calls train_loop")
+    ap.add_argument("--params", action="append", default=[], metavar="KEY=VALUE",
+                    help="task parameter overrides, e.g. --params nx=64 --params nt=26")
+    ap.add_argument("--normalizer", default=None,
+                    help="override the task's normalizer_kind (channel | mean_mode)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="backbone config overrides, e.g. --set backbone.width=32")
     args = ap.parse_args()
@@ -103,7 +126,8 @@ def main() -> None:
     rows = []
     for t in args.tasks or TASKS.names():
         rows += curve(t, args.preset, sorted(args.checkpoints), args.seed, args.data_dir,
-                      args.batch_size, parse_assignments(args.set))
+                      args.batch_size, parse_assignments(args.set), args.normalizer,
+                      parse_assignments(args.params), args.method)
     print()
     print(tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
 

@@ -18,7 +18,7 @@ from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._flow import PRESET_BUDGET, bshape, euler_solve, preset_backbone
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.training import batch_indices, train_loop
+from pcgbench.training import WeightEMA, batch_indices, train_loop
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,11 @@ class FMOTConfig(MethodConfig):
     lr: float = 1e-3
     steps: int = 20
     ot_coupling: bool = False
+    #: optimization recipe (pcgbench.training.train_loop): lr schedule after a linear
+    #: warm-up, and the EMA of the weights that is sampled (0 = none)
+    lr_schedule: str = "constant"
+    warmup: int = 0
+    ema_decay: float = 0.0
 
     @classmethod
     def for_preset(cls, preset: str) -> FMOTConfig:
@@ -73,6 +78,7 @@ class FMOT(Method):
         self.config: FMOTConfig = config
         self.net = field_backbone(config.backbone, spec).to(self.device)
         self.velocity = self.counted(self.net)
+        self.ema: WeightEMA | None = None  # the moving average while a fit runs
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         cfg = self.config
@@ -93,9 +99,14 @@ class FMOT(Method):
             return (self.net(xt, t, c) - (x1 - x0)).pow(2).mean()
 
         self.net.train()
+        self.ema = WeightEMA(self.net, cfg.ema_decay) if cfg.ema_decay > 0 else None
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
                            device=self.device, progress=progress, desc=f"fit {self.name}",
-                           resume=self.resume_point([gen]))
+                           resume=self.resume_point([gen]), lr_schedule=cfg.lr_schedule,
+                           warmup=cfg.warmup, ema=self.ema)
+        if self.ema is not None:
+            self.ema.copy_to(self.net)
+            self.ema = None
         self.net.eval()
         return stats
 
