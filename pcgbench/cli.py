@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pcgbench.errors import PcgError
+from pcgbench.log import printable
 from pcgbench.presets import DEFAULT_PRESET, PRESETS
 from pcgbench.registry import METHODS, METRICS, STUDIES, TASKS, load_plugin
 
@@ -232,6 +233,7 @@ def cmd_list(args: argparse.Namespace) -> None:
         if args.what == "all":
             print(f"{section}:")
         for name, desc in items:
+            desc = printable(desc)  # a plug-in's docstring: no terminal escapes
             print(f"  {name:<22} {desc}" if args.what == "all" else f"{name:<22} {desc}")
 
 
@@ -354,6 +356,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
             frame = annotate_frame(long_frame(mean, std, seeds, reported), task, preset, mean)
             frame.insert(0, "preset", preset)
             frame.insert(0, "task", task)
+            frame["method"] = frame["method"].map(printable)  # no control characters
             csv_frames.append(frame)
             continue
         print(f"\n## {task} (preset {preset})\n")
@@ -361,7 +364,6 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
               + render_notes(table_notes(task, preset, shown, mean), args.format))
         if args.format == "md":
             from pcgbench.leaderboard.tables import nonfinite_notes
-            from pcgbench.log import printable
 
             for line in notes + nonfinite_notes(mean) + failed_notes(records, {task}, preset):
                 print(f"\n{printable(line)}")
@@ -603,7 +605,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pcgbench.log import configure
 
     configure(verbose=args.verbose)
-    from pcgbench.log import printable
     from pcgbench.storage import storage_error
 
     try:

@@ -425,17 +425,19 @@ def _fault(monkeypatch, where: str, suffix: str, code: int) -> None:
     ("/data/", ".h5", errno.ENOSPC, False),  # data cache
     ("/records/", ".json", errno.EPERM, False),  # records made immutable (data record first)
     ("/fm_ot/", ".json", errno.EROFS, True),  # records on a file system remounted read-only
+    ("/checkpoints/", ".partial.pt", errno.EPERM, False),  # mid-fit: not "failed in fit"
 ], ids=["record-ENOSPC", "checkpoint-EFBIG", "cache-ENOSPC", "records-EPERM",
-        "record-EROFS"])
+        "record-EROFS", "partial-checkpoint-EPERM"])
 def test_12_storage_fault_is_one_line_and_a_rerun_completes(where, suffix, code, reused, dirs,
                                                             monkeypatch, capsys):
+    partial = ["--checkpoint-every", "10"] if suffix == ".partial.pt" else []
     with monkeypatch.context() as m:
         _fault(m, where, suffix, code)
-        rc, _, err = cli(capsys, RUN)
+        rc, _, err = cli(capsys, [*RUN, *partial])
     assert_clean_error(rc, err, f"{os.strerror(code)} [{errno.errorcode[code]}]")
     assert "failed in fit" not in err and suffix in err
     assert not list(dirs.rglob("*.tmp"))
-    rc, out, _ = cli(capsys, RUN)
+    rc, out, _ = cli(capsys, [*RUN, *partial])
     assert rc == 0 and "skipped" not in out
     rec = next(r for r in read_records(dirs / "results") if r["method"] == "fm_ot")
     assert rec["training"]["checkpoint_reused"] is reused
