@@ -129,6 +129,7 @@ class CRPSMetric(Metric):
     reference row r's (module docstring: grouping)."""
 
     bounds = NONNEGATIVE
+    nan_means_not_applicable = True  # no reference row has a matching condition
 
     higher_is_better = False
     description = "Ensemble CRPS per condition group, mean over reference rows and points"
@@ -144,6 +145,7 @@ class Coverage90Metric(Metric):
     the condition's ensemble, linear interpolation; closed interval)."""
 
     bounds = (0.0, 0.9)
+    nan_means_not_applicable = True  # no reference row has a matching condition
 
     higher_is_better = False
     description = "|empirical coverage of the central 90% ensemble interval - 0.9|"
@@ -160,6 +162,7 @@ class Width90Metric(Metric):
     ensemble (the sharpness companion of ``coverage90``; lower is sharper)."""
 
     bounds = NONNEGATIVE
+    nan_means_not_applicable = True  # no reference row has a matching condition
 
     higher_is_better = False
     description = "Mean width of the central 90% ensemble interval"

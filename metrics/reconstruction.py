@@ -53,6 +53,7 @@ class ReconRelL2Metric(Metric):
     grouping)."""
 
     bounds = NONNEGATIVE
+    nan_means_not_applicable = True  # no reference row has a matching condition
 
     higher_is_better = False
     description = "Relative L2 error of the ensemble mean vs the target, mean over conditions"
@@ -67,6 +68,7 @@ class ReconMSEMetric(Metric):
     (the "MSE" of the paper's reconstruction tasks, taken on the ensemble mean)."""
 
     bounds = NONNEGATIVE
+    nan_means_not_applicable = True  # no reference row has a matching condition
 
     higher_is_better = False
     description = "MSE of the ensemble mean vs the target, mean over conditions"
@@ -104,6 +106,7 @@ class MissingRMSEMetric(Metric):
     reconstruction; the task gives the mask through ``observed_mask(cond)``)."""
 
     bounds = NONNEGATIVE
+    nan_means_not_applicable = True  # no matching condition, or no observed_mask
 
     higher_is_better = False
     description = "RMSE of the ensemble mean over the unobserved points, mean over conditions"

@@ -135,6 +135,7 @@ class SpectralResidualMetric(Metric):
     ``kolmogorov``: central-difference vs spectral divergence)."""
 
     bounds = NONNEGATIVE
+    nan_means_not_applicable = True  # a task without residual_spectral
 
     higher_is_better = False
     description = "RMS of the task's spectral (Fourier) evaluator residual, mean over samples"

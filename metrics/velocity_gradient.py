@@ -311,6 +311,7 @@ class _QRMetric(Metric):
     """Shared call: one Q-R histogram pair per evaluation (``ctx.cache``), one key each."""
 
     higher_is_better = False
+    nan_means_not_applicable = True  # fields that are not [N, >=3, n, n, n]
     key: ClassVar[str] = ""  # entry of qr_distances
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:

@@ -37,6 +37,10 @@ class Metric(ABC):
     #: the values the metric can take (closed interval; NaN aside): a result outside is
     #: refused at write and a record holding one is flagged at read
     bounds: ClassVar[tuple[float, float]] = (-math.inf, math.inf)
+    #: NaN from this metric means "does not apply here" (e.g. a reconstruction score
+    #: where no test condition is matched, as in the data column): recorded as null and
+    #: shown as '–'.  Otherwise a NaN is a result, recorded and shown as ``nan``
+    nan_means_not_applicable: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(

@@ -371,10 +371,12 @@ def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str) -> No
         )
 
 
-def metric_value(name: str, value: Any) -> float:
+def metric_value(name: str, value: Any) -> float | None:
     """A metric's result as a float, else a one-line :class:`PcgError` naming the metric:
     a number (Python, NumPy, or a one-element tensor/array) that fits a float and lies in
-    the metric's declared ``bounds`` (NaN is kept: tables show it as ``nan``)."""
+    the metric's declared ``bounds``.  NaN is kept (tables show ``nan``), except from a
+    metric whose NaN means "does not apply" (``Metric.nan_means_not_applicable``): None,
+    shown as '–'."""
     import numpy as np
 
     what = f"metric {name!r} returned"
@@ -393,6 +395,8 @@ def metric_value(name: str, value: Any) -> float:
         raise PcgError(f"{what} an integer of {len(str(abs(value)))} digits, which overflows "
                        "a float") from None
     cls = METRICS.get(name)
+    if math.isnan(out) and getattr(cls, "nan_means_not_applicable", False):
+        return None
     lo, hi = getattr(cls, "bounds", (-math.inf, math.inf))
     tol = 1e-9 * max(1.0, abs(lo) if math.isfinite(lo) else 1.0,
                      abs(hi) if math.isfinite(hi) else 1.0)
@@ -402,14 +406,15 @@ def metric_value(name: str, value: Any) -> float:
 
 
 def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
-             cond: torch.Tensor | None, reference_cond: torch.Tensor | None) -> dict[str, float]:
+             cond: torch.Tensor | None, reference_cond: torch.Tensor | None
+             ) -> dict[str, float | None]:
     """Every metric of ``task`` on ``samples`` vs ``reference`` (+ the non-finite and
     blow-up fractions); a metric that raises or returns anything but an in-range number
     is a one-line :class:`PcgError` naming it."""
     from pcgbench.metrics import blowup_fraction, nonfinite_fraction
 
     ctx = MetricContext(task=task, cond=cond, reference_cond=reference_cond)
-    out: dict[str, float] = {}
+    out: dict[str, float | None] = {}
     # the same two tensor objects for every metric, so ctx.cache can share work
     x, ref = samples.detach().cpu(), reference.detach().cpu()
     for name in task.metrics:
