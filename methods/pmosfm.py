@@ -69,7 +69,7 @@ from pcgbench.preconditioning import (
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.timing import PhaseTimer
-from pcgbench.training import batch_indices, train_loop
+from pcgbench.training import WeightEMA, batch_indices, train_loop
 
 if TYPE_CHECKING:
     from pcgbench.methods.onestep.native import Losses
@@ -150,6 +150,11 @@ class PMosFMConfig(MethodConfig):
     # and one-step sampler (the paper's one-step ablation).  Only "native" reads gamma,
     # endpoint_share, diagonal_share, delta_range, loss_balance, grad_norm_every
     objective: str = "native"
+    #: optimization recipe, as FM-OT's (pcgbench.training.train_loop): lr schedule after
+    #: a linear warm-up, and the EMA of the weights that is sampled (0 = none)
+    lr_schedule: str = "constant"
+    warmup: int = 0
+    ema_decay: float = 0.0
 
     @classmethod
     def for_preset(cls, preset: str) -> PMosFMConfig:
@@ -194,6 +199,7 @@ class PMosFM(Method):
                                         spatial_shape=tuple(spatial), n_times=2
                                         ).to(self.device)
         self.u = self.counted(self.net)
+        self.ema: WeightEMA | None = None  # the moving average while a fit runs
         self.geometry: Geometry = IdentityGeometry()
         mode = config.whitening
         if mode == "auto":
@@ -406,9 +412,14 @@ class PMosFM(Method):
             return value
 
         self.net.train()
+        self.ema = WeightEMA(self.net, cfg.ema_decay) if cfg.ema_decay > 0 else None
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
                            device=self.device, progress=progress, desc=f"fit {self.name}",
-                           resume=self.resume_point([gen], values=self.objective.resumable()))
+                           resume=self.resume_point([gen], values=self.objective.resumable()),
+                           lr_schedule=cfg.lr_schedule, warmup=cfg.warmup, ema=self.ema)
+        if self.ema is not None:
+            self.ema.copy_to(self.net)
+            self.ema = None
         self.net.eval()
         self.info["onestep_spread_ratio"] = self._onestep_spread_ratio(r1_all, cond_dev, gen)
         stats.extra["onestep_spread_ratio"] = self.info["onestep_spread_ratio"]
