@@ -105,49 +105,50 @@ class Normalizer:
 
 
 class MeanModeNormalizer(Normalizer):
-    """Per-channel standardization that scales each field's spatial mean separately.
+    """Per-channel standardization with each field's spatial mean rescaled separately.
 
-    With ``m(x)`` the spatial mean of a channel and ``n`` its number of grid points,
-    ``z = (x - m(x)) / s_f + (m(x) - mu_m) / (s_m sqrt(n))`` per channel, where ``s_f``
-    is the per-point std of the fluctuations ``x - m(x)``, and ``mu_m``, ``s_m`` the mean
+    With ``m(x)`` the spatial mean of a channel over its ``n`` grid points,
+    ``z = (x - m(x)) / s + (m(x) - mu_m) * mode_std / (s_m sqrt(n))`` per channel, where
+    ``s`` is the per-channel std (as :class:`Normalizer`) and ``mu_m``, ``s_m`` the mean
     and std of ``m(x)`` over the train split.  Affine and invertible; the constant mode
-    of ``z`` (``sqrt(n)`` times its mean) then has unit variance like every mode of an
-    N(0, I) source, whereas plain standardization leaves it ``s_m sqrt(n) / s`` times
-    the source's (76x on Burgers: 89 % of the data's variance is the per-trajectory
-    mass), which a 20-step Euler flow integrates to ~0.3 of its spread.
-    ``mean``/``std`` are the per-channel ``mu_m``/``s_f`` (the diagonal scale used by
-    methods that need one)."""
+    of ``z`` (``sqrt(n)`` times its mean) has std ``mode_std`` whereas plain
+    standardization leaves it at ``s_m sqrt(n) / s`` (38 on Burgers at 64 x 26: the
+    per-trajectory mass carries 89 % of the variance), a mode a 20-step Euler flow from
+    N(0, I) integrates to about half its spread.  ``mean``/``std`` are the per-channel
+    ``mu_m``/``s`` (the diagonal scale of methods that need one)."""
 
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor, mean_std: torch.Tensor):
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, mean_std: torch.Tensor,
+                 mode_std: float = 4.0):
         super().__init__(mean, std)
         self.mean_std = mean_std.detach().clone().float()
+        self.mode_std = float(mode_std)
 
     @classmethod
-    def fit(cls, x: torch.Tensor, eps: float = 1e-8) -> MeanModeNormalizer:
-        dims = list(range(2, x.ndim))
-        m = x.mean(dim=dims, keepdim=True)
-        fluct_std = (x - m).transpose(0, 1).reshape(x.shape[1], -1).std(dim=1)
-        m = m.flatten(1)
-        return cls(m.mean(0), fluct_std.clamp_min(eps), m.std(0).clamp_min(eps))
+    def fit(cls, x: torch.Tensor, eps: float = 1e-8, mode_std: float = 4.0
+            ) -> MeanModeNormalizer:
+        dims = [0] + list(range(2, x.ndim))
+        m = x.mean(dim=list(range(2, x.ndim))).flatten(1)
+        return cls(m.mean(0), x.std(dim=dims).clamp_min(eps), m.std(0).clamp_min(eps),
+                   mode_std)
 
-    def _sqrt_n(self, x: torch.Tensor) -> float:
-        return float(torch.tensor(x.shape[2:]).prod()) ** 0.5
+    def _mode_scale(self, x: torch.Tensor) -> torch.Tensor:
+        """Per channel: z's mean = (m - mu_m) * this."""
+        n = float(torch.tensor(x.shape[2:]).prod())
+        return self.mode_std / (self._shape(x, self.mean_std) * n ** 0.5)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        dims = tuple(range(2, x.ndim))
-        m = x.mean(dim=dims, keepdim=True)
-        return ((x - m) / self._shape(x, self.std)
-                + (m - self._shape(x, self.mean)) / (self._shape(x, self.mean_std)
-                                                     * self._sqrt_n(x)))
+        m = x.mean(dim=tuple(range(2, x.ndim)), keepdim=True)
+        return (x - m) / self._shape(x, self.std) + (m - self._shape(x, self.mean)) \
+            * self._mode_scale(x)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        dims = tuple(range(2, z.ndim))
-        mz = z.mean(dim=dims, keepdim=True)
-        m = self._shape(z, self.mean) + mz * self._shape(z, self.mean_std) * self._sqrt_n(z)
-        return (z - mz) * self._shape(z, self.std) + m
+        mz = z.mean(dim=tuple(range(2, z.ndim)), keepdim=True)
+        return (z - mz) * self._shape(z, self.std) + self._shape(z, self.mean) \
+            + mz / self._mode_scale(z)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"mean": self.mean, "std": self.std, "mean_std": self.mean_std}
+        return {"mean": self.mean, "std": self.std, "mean_std": self.mean_std,
+                "mode_std": torch.tensor(self.mode_std)}
 
 
 NORMALIZERS: dict[str, type[Normalizer]] = {"channel": Normalizer, "mean_mode": MeanModeNormalizer}
@@ -348,7 +349,9 @@ class Task(ABC):
     def normalizer(self) -> Normalizer:
         """The data normalization every method trains in, fitted on the train split:
         ``NORMALIZERS[self.normalizer_kind]``."""
-        return NORMALIZERS[self.normalizer_kind].fit(self.dataset("train").x)
+        kind, _, arg = self.normalizer_kind.partition(":")
+        extra = {"mode_std": float(arg)} if arg else {}
+        return NORMALIZERS[kind].fit(self.dataset("train").x, **extra)
 
     def params_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self.params)
