@@ -25,12 +25,15 @@ from tabulate import tabulate
 from pcgbench.errors import PcgError
 from pcgbench.leaderboard.reported import reported_csv
 from pcgbench.leaderboard.tables import (
+    REPORTED_CAPTION,
     _fmt,
     booktabs,
     is_ok,
     latex_escape,
+    latex_float,
     render_notes,
     status_of,
+    to_csv,
 )
 from pcgbench.registry import TASKS
 
@@ -249,10 +252,12 @@ def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
         for b in reported.index:
             for v in reported.columns:
                 long.append({"preset": "", "other_changes": "", "benchmark": bench[b],
-                             "variant": column_label(v), "metric": "energy distance",
-                             "mean": reported.loc[b, v], "std": float("nan"), "seeds": 0,
-                             "source": "paper (reported)"})
-    return pd.DataFrame(long).to_csv(index=False)
+                             "variant": column_label(v), "metric": layout.metric,
+                             "mean": reported.loc[b, v], "std": float("nan"), "seeds": None,
+                             "source": "paper", "data": REPORTED_CAPTION})
+    frame = pd.DataFrame(long)
+    frame["seeds"] = frame["seeds"].astype("Int64")
+    return to_csv(frame)
 
 
 def render_ablation(records: list[dict], name: str, fmt: str = "md",
@@ -289,8 +294,8 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
         notes += [f"data ({name}): {TASKS.get(task).provenance(p)}"
                   for task, name, _ in layout.benchmarks
                   if task in TASKS and any(t == task for t, _ in cells)]
-        out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + (booktabs(table) if fmt == "latex" else table) + render_notes(notes, fmt))
+        out.append(latex_float(booktabs(table), title[3:], notes) if fmt == "latex"
+                   else f"{title}\n\n{table}" + render_notes(notes, fmt))
     if rep is not None:
         names = {b: n for _, n, b in layout.benchmarks}
         title = ("Reported in the paper (energy distance; authors' data and GPU; not "
@@ -304,6 +309,6 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
         table = tabulate(rows, headers=[esc(h) for h in ["benchmark"] + [
             f"paper: {layout.method_label}-{column_label(v)}" for v in rep.columns]],
             tablefmt=tablefmt, disable_numparse=True)
-        out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + (booktabs(table) if fmt == "latex" else table))
+        out.append(latex_float(booktabs(table), title.rstrip(":")) if fmt == "latex"
+                   else f"{title}\n\n{table}")
     return "\n\n".join(out)

@@ -10,6 +10,32 @@ from importlib.resources import files
 
 import pandas as pd
 
+#: our method key -> its name in the paper's tables (the display label of every CSV row)
+PAPER_LABELS = {"fm_ot": "FM-OT", "ffm": "FFM", "pmosfm": "PMosFM", "pcfm": "PCFM",
+                "eci": "ECI", "diffusionpde": "DiffusionPDE", "dflow": "D-Flow",
+                "cocogen": "CoCoGen", "ccfm": "CCFM", "pbfm": "PBFM", "pidm": "PIDM",
+                "pcft": "PCFT", "advno": "advNO", "fluidflow": "FluidFlow", "pdm": "PDM"}
+_KEYS = {label: key for key, label in PAPER_LABELS.items()}
+
+
+def method_key(paper_name: str) -> str:
+    """Our method key of a method named in the paper's tables (``FM-OT`` -> ``fm_ot``);
+    a method we do not have keeps a lower-case key of its name (``PDM`` -> ``pdm``)."""
+    return _KEYS.get(paper_name, paper_name.lower().replace("-", ""))
+
+
+def method_label(column: str) -> str:
+    """The display label of a table column: the paper's name of its method with the
+    column's variant and device kind (``fm_ot[iterations=5]@cuda`` ->
+    ``FM-OT[iterations=5]@cuda``); ``data`` is ``data (reference)``; a method the paper
+    does not name keeps its key."""
+    cut = min((i for i in (column.find("["), column.find("@")) if i >= 0), default=len(column))
+    base, rest = column[:cut], column[cut:]
+    if base == "data":
+        return "data (reference)" + rest
+    return PAPER_LABELS.get(base, base) + rest
+
+
 #: paper metric name -> row name used in our tables
 METRIC_NAMES = {"RE": "re", "WD": "wd", "JS": "js", "NFE": "nfe", "IT_s": "time/sample [s]"}
 

@@ -20,14 +20,17 @@ import pandas as pd
 from tabulate import tabulate
 
 from pcgbench.errors import PcgError
-from pcgbench.leaderboard.reported import reported_csv
+from pcgbench.leaderboard.reported import method_key, method_label, reported_csv
 from pcgbench.leaderboard.tables import (
+    REPORTED_CAPTION,
     _fmt,
     booktabs,
     group_records,
     latex_escape,
+    latex_float,
     render_notes,
     summary_frame,
+    to_csv,
 )
 from pcgbench.registry import METRICS, TASKS
 
@@ -198,7 +201,7 @@ def _csv(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
         for m in mean.columns:
             u = ROWS[names[key[1]]][1]
             long.append({"dataset": key[0], "metric": names[key[1]], "method": m,
-                         "preset": preset,
+                         "label": method_label(m), "preset": preset,
                          "value": mean.loc[key, m] * u, "std": std.loc[key, m] * u,
                          "seeds": max(counts[m]) if counts[m] else 0, "source": "measured",
                          "data": provenance.get(key[0], "")})
@@ -208,10 +211,12 @@ def _csv(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
         for row in df.itertuples(index=False):
             long.append({"dataset": display.get(row.dataset, row.dataset),
                          "metric": REPORTED_NAMES.get(row.metric, row.metric),
-                         "method": row.method, "preset": "paper",
-                         "value": row.value, "std": float("nan"), "seeds": 0,
-                         "source": "paper (reported)"})
-    return pd.DataFrame(long).to_csv(index=False)
+                         "method": method_key(row.method), "label": row.method,
+                         "preset": "", "value": row.value, "std": float("nan"),
+                         "seeds": None, "source": "paper", "data": REPORTED_CAPTION})
+    frame = pd.DataFrame(long)
+    frame["seeds"] = frame["seeds"].astype("Int64")
+    return to_csv(frame)
 
 
 def render_suite(records: list[dict], suite: str, fmt: str = "md",
@@ -241,8 +246,8 @@ def render_suite(records: list[dict], suite: str, fmt: str = "md",
                          else headers, tablefmt=tablefmt, disable_numparse=True)
         notes = [f"data ({name}): {TASKS.get(t).provenance(p)}" for t, name in layout.datasets
                  if t in TASKS]
-        out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + (booktabs(table) if fmt == "latex" else table) + render_notes(notes, fmt))
+        out.append(latex_float(booktabs(table), title[3:], notes) if fmt == "latex"
+                   else f"{title}\n\n{table}" + render_notes(notes, fmt))
         if missing:
             out.append(f"no records at preset {p} for: {', '.join(missing)}"
                        if fmt == "md" else f"% no records at preset {p} for: "
@@ -257,6 +262,6 @@ def render_suite(records: list[dict], suite: str, fmt: str = "md",
         table = tabulate(_rows(rep, None, fmt, frozenset()),
                          headers=["dataset", "metric"] + [f"paper: {m}" for m in rep.columns],
                          tablefmt=tablefmt, disable_numparse=True)
-        out.append((f"{title}\n\n" if fmt == "md" else f"% {title}\n")
-                   + (booktabs(table) if fmt == "latex" else table))
+        out.append(latex_float(booktabs(table), title.rstrip(":")) if fmt == "latex"
+                   else f"{title}\n\n{table}")
     return "\n\n".join(out)

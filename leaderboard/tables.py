@@ -276,6 +276,14 @@ def _fmt(v: float) -> str:
 _LATEX_SPECIAL = {"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
                   "\\": r"\textbackslash{}", "{": r"\{", "}": r"\}",
                   "^": r"\textasciicircum{}", "~": r"\textasciitilde{}"}
+#: the non-ASCII characters tables and notes print, as text pdflatex sets (its utf8 input
+#: encoding leaves e.g. the dagger undefined)
+_LATEX_SPECIAL.update({"†": r"$^{\dagger}$", "–": "--", "—": "---", "±": r"$\pm$",
+                       "×": r"$\times$", "≤": r"$\leq$", "≥": r"$\geq$", "→": r"$\to$",
+                       "≈": r"$\approx$", "ν": r"$\nu$", "²": r"\textsuperscript{2}",
+                       "³": r"\textsuperscript{3}", "·": r"$\cdot$", "−": "-",
+                       # the default OT1 font sets these as other glyphs (¡ ¿ —)
+                       "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"})
 
 
 def latex_escape(text: str) -> str:
@@ -305,27 +313,54 @@ def booktabs(table: str) -> str:
     return "\n".join(lines)
 
 
+#: how every CSV writes a float: 10 significant digits (no binary parsing noise such as
+#: 0.030699999999999998 for a transcribed 0.0307; more than a float32 metric carries)
+CSV_FLOAT_FORMAT = "%.10g"
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    """A long frame as CSV text: floats by :data:`CSV_FLOAT_FORMAT`, missing as empty."""
+    return frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT)
+
+
 def long_frame(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
                reported: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per (row, method): mean, std, seeds and source (measured / paper)."""
+    """One row per (metric, method): the method key (a column identity, :func:`column_label`;
+    the paper's rows by our key of the method they name), its display ``label`` (the
+    paper's name), mean, std, seeds and source (``measured``, or ``paper``: the paper's
+    reported value, with no seeds)."""
+    from pcgbench.leaderboard.reported import method_key, method_label
+
     long = []
     for row in mean.index:
         for m in mean.columns:
-            long.append({"row": row, "method": m, "mean": mean.loc[row, m],
-                         "std": std.loc[row, m], "seeds": seeds[m], "source": "measured"})
+            long.append({"metric": row, "method": m, "label": method_label(m),
+                         "mean": mean.loc[row, m], "std": std.loc[row, m], "seeds": seeds[m],
+                         "source": "measured"})
     if reported is not None:
         for row in reported.index:
             for m in reported.columns:
-                long.append({"row": row, "method": m, "mean": reported.loc[row, m],
-                             "std": float("nan"), "seeds": 0, "source": "paper (reported)"})
-    return pd.DataFrame(long)
+                long.append({"metric": row, "method": method_key(m), "label": m,
+                             "mean": reported.loc[row, m], "std": float("nan"),
+                             "seeds": None, "source": "paper"})
+    frame = pd.DataFrame(long)
+    if not frame.empty:
+        frame["seeds"] = frame["seeds"].astype("Int64")
+    return frame
+
+
+REPORTED_CAPTION = "Reported in the paper (authors' data and GPU; not measured here)"
 
 
 def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], fmt: str,
-                 reported: pd.DataFrame | None = None) -> str:
-    """Render as markdown ('md'), LaTeX ('latex', booktabs, names escaped) or CSV ('csv')."""
+                 reported: pd.DataFrame | None = None, caption: str = "",
+                 notes: list[str] | None = None) -> str:
+    """Render as markdown ('md'), LaTeX ('latex') or CSV ('csv').  LaTeX is one float per
+    table (:func:`latex_float`: ``caption``, booktabs, names escaped, kept within the
+    text width, ``notes`` under the measured table); markdown and CSV leave the notes to
+    the caller."""
     if fmt == "csv":
-        return long_frame(mean, std, seeds, reported).to_csv(index=False)
+        return to_csv(long_frame(mean, std, seeds, reported))
     latex = fmt != "md"
     esc = latex_escape if latex else md_escape
     bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
@@ -334,10 +369,11 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
         best = best_column(mean, row)
         line = [esc(row_label(row))]
         for m in mean.columns:
-            s = nonfinite_cell(mean, row, m) or _fmt(mean.loc[row, m])
+            s = esc(nonfinite_cell(mean, row, m) or _fmt(mean.loc[row, m]))
             if not math.isnan(std.loc[row, m]):
-                s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(std.loc[row, m])
-            s += LOADED_MARK if (row, m) in mean.attrs.get("loaded", ()) else ""
+                s += (" ± " if fmt == "md" else " $\\pm$ ") + esc(_fmt(std.loc[row, m]))
+            loaded = (row, m) in mean.attrs.get("loaded", ())
+            s += esc(LOADED_MARK) if loaded and not math.isnan(mean.loc[row, m]) else ""
             line.append(bold(s) if m == best else s)
         cells.append(line)
     headers = ["metric"] + [esc(f"{m} (n={seeds[m]})" if method_of(m) != "data"
@@ -346,17 +382,46 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
     tablefmt = "pipe" if fmt == "md" else "latex_raw"
     out = tabulate(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)
     if latex:
-        out = booktabs(out)
+        out = latex_float(booktabs(out), caption or "Measured", notes or [])
     if reported is not None:
-        rep_cells = [[esc(row_label(row))] + [_fmt(reported.loc[row, m]) for m in reported.columns]
+        rep_cells = [[esc(row_label(row))] + [esc(_fmt(reported.loc[row, m]))
+                                              for m in reported.columns]
                      for row in reported.index]
-        title = ("\n\nReported in the paper (authors' data and GPU; not measured here):\n\n"
-                 if fmt == "md" else "\n\n% Reported in the paper (not measured here)\n")
         rep = tabulate(rep_cells, headers=["metric"] + [esc(f"paper: {m}") for m in
                                                         reported.columns],
                        tablefmt=tablefmt, disable_numparse=True)
-        out += title + (booktabs(rep) if latex else rep)
+        out += (f"\n\n{REPORTED_CAPTION}:\n\n{rep}" if not latex else
+                "\n\n" + latex_float(booktabs(rep), REPORTED_CAPTION))
     return out
+
+
+#: the LaTeX packages every table needs (booktabs rules; graphicx scales wide tables)
+LATEX_PACKAGES = ("booktabs", "graphicx")
+
+
+def latex_float(tabular: str, caption: str, notes: list[str] | tuple[str, ...] = ()) -> str:
+    """One table as a LaTeX ``table`` float: the caption (escaped), the tabular scaled
+    down to the text width when it is wider (never up), the notes under it in small
+    type (:func:`render_notes`).  Needs :data:`LATEX_PACKAGES`."""
+    return "\n".join([
+        r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{latex_escape(caption)}}}",
+        r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
+        tabular + "}" + render_notes(list(notes), "latex"), r"\end{table}"])
+
+
+def latex_output(blocks: list[str], standalone: bool = False) -> str:
+    """LaTeX as printed by the CLI: the blocks (floats, ``%`` comments) after a comment
+    naming the packages they need, or (``standalone``) a complete article that compiles
+    with pdflatex as printed, blocks separated by ``\\clearpage`` (no float queue
+    overflows however many tables)."""
+    packages = ",".join(LATEX_PACKAGES)
+    if not standalone:
+        return (f"% pcgbench tables: needs \\usepackage{{{packages}}} (or use --standalone "
+                "for a complete document)\n\n" + "\n\n".join(blocks))
+    return "\n".join([
+        r"\documentclass[10pt]{article}", r"\usepackage[margin=2cm]{geometry}",
+        f"\\usepackage{{{packages}}}",
+        r"\begin{document}", "\n\n\\clearpage\n\n".join(blocks), r"\end{document}", ""])
 
 
 #: the shared backbones of the sampling-time methods, and how far above the data floor
@@ -429,8 +494,8 @@ def render_notes(lines: list[str], fmt: str) -> str:
     if not lines:
         return ""
     if fmt == "latex":
-        return ("\n\\par\\noindent{\\footnotesize "
-                + " \\\\\n".join(latex_escape(line) for line in lines) + "}")
+        return ("\n\\par\\smallskip{\\footnotesize\\raggedright\\noindent "
+                + " \\\\\n".join(latex_escape(line) for line in lines) + "\\par}")
     from pcgbench.log import printable
 
     return "".join(f"\n\n{printable(line)}" for line in lines)
@@ -439,15 +504,18 @@ def render_notes(lines: list[str], fmt: str) -> str:
 def annotate_frame(frame: pd.DataFrame, task: str, preset: str,
                    mean: pd.DataFrame | None = None) -> pd.DataFrame:
     """The CSV form of :func:`table_notes`: columns ``data`` (the task's provenance at
-    this preset), ``loaded`` (a timing value measured under load, ``LOADED_MARK``) and
-    ``departs_from_paper`` (a derived column's departures, e.g. ``pmosfm_tuned``)."""
+    this preset; the paper's rows: :data:`REPORTED_CAPTION`), ``loaded`` (a timing value
+    measured under load, ``LOADED_MARK``) and ``departs_from_paper`` (a derived column's
+    departures, e.g. ``pmosfm_tuned``)."""
     cls = TASKS.lookup(task)
     frame = frame.copy()
-    frame["data"] = cls.provenance(preset) if cls is not None and hasattr(
-        cls, "provenance") else ""
+    ours = frame["source"] == "measured"
+    frame["data"] = (cls.provenance(preset) if cls is not None and hasattr(
+        cls, "provenance") else "")
+    frame.loc[~ours, "data"] = REPORTED_CAPTION
     loaded = mean.attrs.get("loaded", set()) if mean is not None else set()
-    frame["loaded"] = [(r, m) in loaded for r, m in zip(frame["row"], frame["method"],
-                                                         strict=True)]
+    frame["loaded"] = [bool(mine) and (r, m) in loaded for r, m, mine in zip(
+        frame["metric"], frame["method"], ours, strict=True)]
 
     def departs(column: str) -> str:
         cls_m = METHODS.lookup(method_of(column))

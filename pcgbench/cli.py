@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
     p.add_argument("--format", choices=["md", "latex", "csv"], default="md")
+    p.add_argument("--standalone", action="store_true",
+                   help="with --format latex: a complete document that compiles with "
+                   "pdflatex as printed (else table floats needing booktabs and graphicx)")
     p.add_argument("--no-reported", action="store_true",
                    help="omit the paper's reported values")
     p.add_argument("--suite", default=None, choices=["constrained_pde"],
@@ -293,8 +296,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         select,
         summary_frame,
     )
+    from pcgbench.leaderboard.tables import latex_output
     from pcgbench.storage import results_dir
 
+    if args.standalone and args.format != "latex":
+        raise PcgError("--standalone applies to --format latex only")
     root = results_dir(args.results)
     if args.preset is not None:
         from pcgbench.presets import check_preset
@@ -309,8 +315,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         if args.task is not None or args.suite is not None or args.rows or args.methods:
             raise PcgError("--ablation is its own table: --task/--suite/--rows/--methods "
                            "do not apply")
-        print(render_ablation(load_records(root), args.ablation, args.format, args.preset,
-                              reported=not args.no_reported))
+        text = render_ablation(load_records(root), args.ablation, args.format, args.preset,
+                               reported=not args.no_reported)
+        print(latex_output([text], args.standalone) if args.format == "latex" else text)
         return
     if args.suite is not None:
         from pcgbench.leaderboard.suite import render_suite
@@ -320,8 +327,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         if args.rows or args.methods:
             raise PcgError("--rows/--methods apply to per-task tables, not to --suite")
         records = load_records(root)
-        print(render_suite(records, args.suite, args.format, args.preset,
-                           reported=not args.no_reported))
+        text = render_suite(records, args.suite, args.format, args.preset,
+                            reported=not args.no_reported)
+        print(latex_output([text], args.standalone) if args.format == "latex" else text)
         if args.format == "md":
             from pcgbench.leaderboard.suite import suite_layout
 
@@ -339,7 +347,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         raise PcgError(f"no run records under {root}"
                        + (f" for task {args.task!r}" if args.task else "")
                        + "; run `pcgbench run --task T --method M` first")
-    csv_frames = []
+    csv_frames, latex_blocks = [], []
     for task, preset in keys:
         order = TASKS.get(task).metrics if task in TASKS else ()
         mean, std, seeds = summary_frame(groups[(task, preset)], tuple(order))
@@ -354,23 +362,36 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         shown = {m: groups[(task, preset)][m] for m in mean.columns}
         if args.format == "csv":  # one CSV for all tasks: task and preset columns
             frame = annotate_frame(long_frame(mean, std, seeds, reported), task, preset, mean)
-            frame.insert(0, "preset", preset)
+            frame.insert(0, "preset", [preset if src == "measured" else ""
+                                       for src in frame["source"]])
             frame.insert(0, "task", task)
-            frame["method"] = frame["method"].map(printable)  # no control characters
+            for col in ("method", "label"):  # no control characters
+                frame[col] = frame[col].map(printable)
             csv_frames.append(frame)
+            continue
+        from pcgbench.leaderboard.tables import nonfinite_notes
+
+        lines = table_notes(task, preset, shown, mean)
+        more = notes + nonfinite_notes(mean) + failed_notes(records, {task}, preset)
+        if args.format == "latex":  # every note inside the table's float
+            latex_blocks.append(format_table(
+                mean, std, seeds, "latex", reported,
+                caption=f"{task} (preset {preset}): mean ± std over n seeds; best in bold",
+                notes=lines + more))
             continue
         print(f"\n## {task} (preset {preset})\n")
         print(format_table(mean, std, seeds, args.format, reported)
-              + render_notes(table_notes(task, preset, shown, mean), args.format))
-        if args.format == "md":
-            from pcgbench.leaderboard.tables import nonfinite_notes
-
-            for line in notes + nonfinite_notes(mean) + failed_notes(records, {task}, preset):
-                print(f"\n{printable(line)}")
+              + render_notes(lines, args.format))
+        for line in more:
+            print(f"\n{printable(line)}")
+    if latex_blocks:
+        print(latex_output(latex_blocks, args.standalone))
     if csv_frames:
         import pandas as pd
 
-        print(pd.concat(csv_frames, ignore_index=True).to_csv(index=False), end="")
+        from pcgbench.leaderboard.tables import to_csv
+
+        print(to_csv(pd.concat(csv_frames, ignore_index=True)), end="")
 
 
 def cmd_protocol(args: argparse.Namespace) -> None:

@@ -83,7 +83,7 @@ def test_latex_compiles_shapes_and_csv_is_one_table(dirs, capsys):
     assert r"\hline" not in tex
     assert main(["leaderboard", "--format", "csv", "--no-reported"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].startswith("task,preset,row,method,mean")
+    assert lines[0].startswith("task,preset,metric,method,label,mean")
     assert sum(line.startswith("task,") for line in lines) == 1  # one header
     assert {line.split(",")[0] for line in lines[1:]} == {"burgers", "heat"}
 

@@ -327,7 +327,7 @@ def test_suite_table_csv_latex_and_cli(records, capsys):
     row = measured[(measured["dataset"] == "Heat") & (measured["metric"] == "mmse")
                    & (measured["method"] == "ffm")]
     assert float(row["value"].iloc[0]) == pytest.approx(0.02)
-    rep = df[df["source"] == "paper (reported)"]
+    rep = df[df["source"] == "paper"]
     assert "fpd_poseidon" in set(rep["metric"]) and "feature_fd" not in set(rep["metric"])
     assert main(["leaderboard", "--suite", "constrained_pde", "--format", "latex",
                  "--no-reported"]) == 0
