@@ -28,9 +28,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    "else ~/.cache/pcgbench/results)")
     p.add_argument("--data-dir", default=None,
                    help="dataset cache (default $PCGBENCH_DATA or ~/.cache/pcgbench/data)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars and no phase lines (warnings and errors only)")
     p.add_argument("--verbose", action="store_true",
-                   help="log each phase (timestamped when not on a terminal)")
+                   help="phase lines even with --quiet, and debug detail (timestamped "
+                   "when not on a terminal)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
@@ -274,9 +276,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                           for k, v in m.items() if v is not None)
         inf = record["inference"]
         print(f"{args.task}/{args.method} seed={seed} preset={args.preset}: {shown}")
-        print(f"  nfe={record['nfe']} time/sample={inf['seconds_per_sample']:.4g}s "
-              f"train s/update={record['training']['seconds_per_update']} "
-              f"wall={record['wall_seconds']:.1f}s")
+        spu = record["training"]["seconds_per_update"]
+        fit = ("no fit (sampling-time method)" if spu is None and not record["training"].get(
+            "updates") else "checkpoint reused" if spu is None else f"{spu:.4g} s/update")
+        nfe = record["nfe"]
+        print(f"  nfe={nfe:.4g} time/sample={inf['seconds_per_sample']:.4g} s "
+              f"train: {fit} wall={record['wall_seconds']:.1f} s")
         if status != "ok":
             print(f"  {status.upper()}: {record.get('status_reason')}; recorded, left out of "
                   "leaderboard means")
@@ -563,7 +568,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for task in sorted(swept):
         cmd_leaderboard(argparse.Namespace(
             results=str(root), task=task, preset=args.preset, format="md", no_reported=False,
-            suite=None, rows=None, methods=None, variants=False, ablation=None))
+            suite=None, rows=None, methods=None, variants=False, ablation=None,
+            standalone=False))
     # "exists": an identical run (e.g. a concurrent sweep) recorded it first: not a failure
     return int(any(r["status"] not in ("ok", "exists") for r in results if r["stage"] != "data")
                or any(r["status"] == "error" for r in results))
@@ -625,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pcgbench.log import configure
 
-    configure(verbose=args.verbose)
+    configure(verbose=args.verbose, quiet=args.quiet)
     from pcgbench.storage import storage_error
 
     try:

@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import torch
 
+from pcgbench.log import generating, logger
 from pcgbench.storage import atomic_write, config_hash, data_dir
 from pcgbench.task import SPLITS, FieldData, Task
 
@@ -133,6 +134,8 @@ def load_or_generate(task: Task, split: str) -> FieldData:
                     f"dataset cache {path} is unreadable or mismatched ({exc}); regenerating",
                     stacklevel=2,
                 )
+        logger.info("%s with the task's solver (cached in %s)", generating(task.name, split),
+                    path)
         data = task.generate(split)
         if not torch.isfinite(data.x).all():
             raise RuntimeError(f"task {task.name!r} generated non-finite data for split "

@@ -20,29 +20,45 @@ def printable(text: object) -> str:
     return str(text).translate(_CONTROL)
 
 
+def generating(task: str, split: str = "") -> str:
+    """The progress label of data generation (never read as training):
+    ``generating burgers train data``."""
+    return f"generating {task} {split} data" if split else f"generating {task} data"
+
+
 class _Printable(logging.Formatter):
     """One line per message (:func:`printable`); a captured warning without the source
-    line ``warnings`` appends to it."""
+    line ``warnings`` appends to it.  On a terminal a phase line (INFO) is the bare
+    message; other levels are prefixed with theirs."""
+
+    def __init__(self, fmt: str, datefmt: str, interactive: bool = False) -> None:
+        super().__init__(fmt, datefmt=datefmt)
+        self.interactive = interactive
 
     def format(self, record: logging.LogRecord) -> str:
         text = record.getMessage().rstrip("\n")
         if record.name == "py.warnings" and "\n  " in text:
             text = text.rsplit("\n  ", 1)[0]
         record.msg, record.args = printable(text), None
+        if self.interactive and record.levelno == logging.INFO:
+            return record.msg
         return super().format(record)
 
 
-def configure(verbose: bool = False) -> None:
-    """Idempotent set-up of the ``pcgbench`` logger and of captured warnings."""
+def configure(verbose: bool = False, quiet: bool = False) -> None:
+    """Idempotent set-up of the ``pcgbench`` logger and of captured warnings: each phase
+    of a run is one INFO line, shown unless ``quiet`` (``verbose`` shows them even then
+    and adds DEBUG detail)."""
     interactive = sys.stderr.isatty()
     fmt = ("%(levelname)s: %(message)s" if interactive
            else "%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
     if not any(getattr(h, "_pcgbench", False) for h in root.handlers):
         handler = logging.StreamHandler()
-        handler.setFormatter(_Printable(fmt, datefmt="%Y-%m-%d %H:%M:%S"))
+        handler.setFormatter(_Printable(fmt, datefmt="%Y-%m-%d %H:%M:%S",
+                                        interactive=interactive))
         handler._pcgbench = True  # type: ignore[attr-defined]
         root.addHandler(handler)
-    logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     logging.getLogger("py.warnings").setLevel(logging.WARNING)
     logging.captureWarnings(True)

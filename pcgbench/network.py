@@ -6,6 +6,7 @@ resets the counter, samples one batch and reads it.  It is never computed by for
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +18,8 @@ class NFECounter:
 
     def __init__(self) -> None:
         self.count = 0
+        #: called after every counted call while set (the runner's sampling progress bar)
+        self.listener: Callable[[], object] | None = None
 
     def reset(self) -> None:
         self.count = 0
@@ -33,6 +36,8 @@ class CountedNetwork(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         self.counter.count += 1
+        if self.counter.listener is not None:
+            self.counter.listener()
         return self.net(*args, **kwargs)
 
 

@@ -318,8 +318,9 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
         train = task.dataset("train")
         owner = f"method {method.name!r}"
         check_state(_guarded(method.name, "state_dict", method.state_dict), owner)
-        logger.info("%s/%s seed %d [%s]: fitting", task.name, method.name, opts.seed,
-                    opts.preset)
+        updates = getattr(method.config, "iterations", None)
+        logger.info("%s/%s seed %d [%s]: fitting%s", task.name, method.name, opts.seed,
+                    opts.preset, f" ({updates} updates)" if updates else "")
         t0 = time.perf_counter()
         stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
         if not isinstance(stats, FitStats):
@@ -745,6 +746,28 @@ def _sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
     n = len(test)
     batch = min(opts.sample_batch, n)
     gen = torch.Generator(device="cpu").manual_seed(10_000 + opts.seed)
+    # progress: one tick per counted network call (the samplers' steps), over every batch
+    full = (n - batch) // batch  # full-size production batches after the first
+    n_batches = -(-n // batch) + max(0, opts.timing_repeats - full)
+    from tqdm.auto import tqdm
+
+    nominal = str(type(method).nominal_nfe(method.config))
+    bar = tqdm(total=int(nominal) * n_batches if nominal.isdigit() else None,
+               desc=f"sampling {method.name}", unit="net call", leave=True,
+               disable=not opts.progress)
+    method.nfe.listener = bar.update
+    try:
+        return _sample_batches(method, task, opts, device, test, n, batch, gen, bar,
+                               n_batches)
+    finally:
+        method.nfe.listener = None
+        bar.close()
+
+
+def _sample_batches(method: Method, task: Task, opts: RunOptions, device: torch.device,
+                    test: Any, n: int, batch: int, gen: torch.Generator, bar: Any,
+                    n_batches: int) -> Sampled:
+    """The body of :func:`_sample_and_time` (``bar`` ticks on every counted call)."""
 
     def cond_slice(i: int, j: int) -> torch.Tensor | None:
         return None if test.cond is None else test.cond[i:j].to(device)
@@ -757,6 +780,9 @@ def _sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
     t_first = time.perf_counter() - t_first
     nfe_per_batch = [method.nfe.count]
     _check_samples(first, task, batch, method.name)
+    if method.nfe.count and bar.total != method.nfe.count * n_batches:
+        bar.total = method.nfe.count * n_batches  # the counted calls, not the formula
+    bar.set_postfix_str(f"1/{n_batches} batches done", refresh=False)
 
     breakdowns: list[dict[str, float]] = []
     repeats: list[float] = []
@@ -769,16 +795,14 @@ def _sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
         synchronize(device)
         _check_samples(out, task, size, method.name)
         nfe_per_batch.append(method.nfe.count)  # adaptive samplers vary per batch
+        bar.set_postfix_str(f"{len(nfe_per_batch)}/{n_batches} batches done", refresh=False)
         if size == batch:
             repeats.append(time.perf_counter() - t0)
             breakdowns.append(dict(method.sample_breakdown))
         return out
 
     chunks = [first.detach().cpu()]
-    from tqdm.auto import tqdm
-
-    for i in tqdm(range(batch, n, batch), desc=f"sample {method.name}", leave=True,
-                  disable=not opts.progress):
+    for i in range(batch, n, batch):
         j = min(n, i + batch)
         chunks.append(timed(cond_slice(i, j), j - i, gen).detach().cpu())
     extra = opts.timing_repeats - len(repeats)
@@ -839,11 +863,15 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     t_fit = time.perf_counter() - t_start
 
     test = task.dataset("test")
+    where = f"{task.name}/{method.name} seed {opts.seed} [{opts.preset}]"
+    logger.info("%s: sampling %d test conditions (batches of %d)", where, len(test),
+                min(opts.sample_batch, len(test)))
     load["sample"] = {"start": machine_load()}
     sampled = _sample_and_time(method, task, test, opts, device)
     load["sample"]["end"] = machine_load()
     samples, n = sampled.samples, len(test)
 
+    logger.info("%s: evaluating %d metrics on %d samples", where, len(task.metrics), n)
     try:
         metrics = evaluate(task, samples, test.x, test.cond, test.cond)
     except PcgError as exc:  # keep what the fit and sampling produced

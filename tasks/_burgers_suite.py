@@ -59,6 +59,7 @@ from torch import Tensor
 
 from pcgbench.charts.base import Chart, Cond
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.solvers.godunov import (
     mass_balance,
     solve_inflow_outflow,
@@ -379,7 +380,7 @@ class BurgersSuiteTask(Task):
     def generate(self, split: str) -> FieldData:
         ic, bc = self.conditions(split)
         x = generate_trajectories(self.params, ic, bc, progress=self.progress,
-                                  desc=f"{self.name} {split}")
+                                  desc=generating(self.name, split))
         return FieldData(x, self.make_cond(x, ic, bc))
 
     def load_external(self, path: Path, split: str) -> FieldData:

@@ -51,6 +51,7 @@ import torch
 from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.solvers.burgers1d import cell_average, fourier_resample, solve_burgers
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
@@ -221,7 +222,8 @@ class BurgersTask(Task):
         order = np.argsort(np.abs(u0).max(axis=1), kind="stable")
         dtype = getattr(torch, p.solver_dtype)
         out = torch.empty(n, 1, p.nt, p.nx, dtype=torch.float32)
-        bar = tqdm(total=n, desc=f"burgers {split}", disable=not self.progress, leave=False)
+        bar = tqdm(total=n, desc=generating("burgers", split), disable=not self.progress,
+                   leave=False)
         with torch.no_grad():
             for start in range(0, n, _CHUNK):
                 idx = torch.from_numpy(order[start : start + _CHUNK])

@@ -45,6 +45,7 @@ import torch
 from pcgbench.charts import Chart, SolverDecoderChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.solvers import darcy2d
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
@@ -217,8 +218,8 @@ class DarcyTask(Task):
         k = np.exp(self.log_permeability(n_samples, seed))
         f = self.source()
         p = np.empty_like(k)
-        for i in tqdm(range(n_samples), desc=f"darcy {split}", disable=not self.progress,
-                      leave=False):
+        for i in tqdm(range(n_samples), desc=generating("darcy", split),
+                      disable=not self.progress, leave=False):
             p[i] = darcy2d.solve_pressure(k[i], f)
         return p, k
 

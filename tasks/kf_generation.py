@@ -45,6 +45,7 @@ import torch
 from pcgbench.charts import Chart, StreamfunctionChart2D
 from pcgbench.charts.streamfunction import spectral_wavenumbers
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.solvers.kolmogorov2d import wavenumbers
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
@@ -148,7 +149,8 @@ class KFGenerationTask(Task):
         if p.n_solver < p.n:
             raise PcgError(f"n_solver={p.n_solver} must be >= n={p.n}")
         x, info = simulate_snapshots(p.n, p.n_solver, np.array([p.re]), n_traj,
-                                     p.snaps_per_traj, p, seed, self.progress, tag)
+                                     p.snaps_per_traj, p, seed, self.progress,
+                                     generating(self.name, tag))
         self.generation_info[tag] = info
         return x
 

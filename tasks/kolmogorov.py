@@ -67,6 +67,7 @@ import torch
 from pcgbench.charts import Chart, StreamfunctionChart2D
 from pcgbench.charts.streamfunction import spectral_wavenumbers
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.solvers.kolmogorov2d import KolmogorovSolver, fourier_truncate
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
@@ -152,8 +153,8 @@ def simulate_snapshots(
     n_spin = max(1, math.ceil(p.spinup / p.snap_interval - 1e-9))
     spin_dt = p.spinup / n_spin
     steps_spin, energy, dts = 0, [], []
-    bar = tqdm(total=n_spin + snaps, desc=f"kolmogorov {desc}", disable=not progress,
-               leave=False)
+    bar = tqdm(total=n_spin + snaps, desc=desc or generating("kolmogorov"),
+               disable=not progress, leave=False)
     with torch.no_grad():
         for _ in range(n_spin):
             w, st, _dt = solver.advance(w, spin_dt, p.cfl, p.dt_max)
@@ -300,7 +301,7 @@ class KolmogorovTask(Task):
         re = self.reynolds(split)
         traj, snaps, seed = self._layout(split)
         x, info = simulate_snapshots(p.n, p.n_solver, re, traj, snaps, p, seed,
-                                     self.progress, split)
+                                     self.progress, generating(self.name, split))
         self.generation_info[split] = info
         cond = re_to_cond(np.repeat(re, traj * snaps))
         return FieldData(x, cond)

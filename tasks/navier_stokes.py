@@ -67,6 +67,7 @@ import torch
 
 from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.solvers.ns2d_cn import (
     FORCING_AMPLITUDE,
@@ -216,8 +217,8 @@ class NavierStokesTask(Task):
         rows = torch.arange(len(phi)) // per_ic  # IC index of every row
         dtype, device = getattr(torch, p.solver_dtype), self._device()
         out = torch.empty(len(phi), 1, p.nt, p.n, p.n, dtype=torch.float32)
-        bar = tqdm(total=len(phi), desc=f"navier_stokes {split}", disable=not self.progress,
-                   leave=False)
+        bar = tqdm(total=len(phi), desc=generating("navier_stokes", split),
+                   disable=not self.progress, leave=False)
         with torch.no_grad():
             for start in range(0, len(phi), p.chunk):
                 sl = slice(start, start + p.chunk)

@@ -75,6 +75,7 @@ from torch import Tensor
 from pcgbench.charts import Chart, GaussNewtonChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.solvers import fisher_kpp as fk
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
@@ -257,8 +258,8 @@ class ReactionDiffusionICTask(Task):
         u0, gl, gr = self.conditions(split)
         n = len(u0)
         out = torch.empty(n, 1, p.nt, p.nx, dtype=torch.float32)
-        bar = tqdm(total=n, desc=f"reaction_diffusion_ic {split}", disable=not self.progress,
-                   leave=False)
+        bar = tqdm(total=n, desc=generating("reaction_diffusion_ic", split),
+                   disable=not self.progress, leave=False)
         with torch.no_grad():
             for i in range(0, n, _CHUNK):
                 j = min(n, i + _CHUNK)

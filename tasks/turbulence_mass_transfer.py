@@ -38,6 +38,7 @@ from torch import Tensor
 
 from pcgbench.charts import Chart, HelmholtzChart
 from pcgbench.errors import PcgError
+from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 
@@ -110,7 +111,8 @@ class TurbulenceMassTransferTask(Task):
                    "test": (p.n_test, p.seed_test)}[split]
         if n < 1:
             raise PcgError(f"turbulence_mass_transfer: split {split!r} is empty")
-        x = generate(n, self._cfg(), seed, progress=self.progress)
+        x = generate(n, self._cfg(), seed, progress=self.progress,
+                     desc=generating(self.name, split))
         return FieldData(torch.as_tensor(x, dtype=torch.float32).contiguous(), None)
 
     def residual(self, x: Tensor, cond: Tensor | None = None) -> Tensor:

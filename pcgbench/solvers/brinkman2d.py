@@ -546,7 +546,7 @@ def simulate_sample(body: dict, cfg: TMTConfig,
 
 
 def generate(n_samples: int, cfg: TMTConfig, seed: int, progress: bool = False,
-             batch_size: int = 16) -> np.ndarray:
+             batch_size: int = 16, desc: str = "generating TMT data") -> np.ndarray:
     """``[N, 4, n, n]`` float32 TMT samples, one random body each (drawn in order from
     ``default_rng(seed)``), simulated ``batch_size`` at a time in float64."""
     if n_samples < 0 or batch_size < 1:
@@ -559,7 +559,7 @@ def generate(n_samples: int, cfg: TMTConfig, seed: int, progress: bool = False,
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=n_samples, desc="TMT samples", unit="sample")
+        bar = tqdm(total=n_samples, desc=desc, unit="sample")
     for i in range(0, n_samples, batch_size):
         chunk = bodies[i : i + batch_size]
         out[i : i + len(chunk)] = simulate_batch(chunk, cfg)[0]

@@ -480,7 +480,8 @@ def simulate_frames(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, desc=f"HIT {cfg.n}^3", unit="t.u.",
+        bar = tqdm(total=total, desc=f"generating HIT data ({cfg.n}^3 DNS, every split)",
+                   unit="t.u.",
                    bar_format="{l_bar}{bar}| {n:.2f}/{total:.2f} [{elapsed}<{remaining}]")
 
     def callback(dt: float, uh_: Tensor) -> None:
