@@ -462,12 +462,16 @@ MEMORY_KINDS = {
 def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
                 mean: pd.DataFrame | None = None) -> list[str]:
     """The lines every per-task table carries under it: what its data are (the task's
-    provenance at this preset), which columns depart from the paper's method and how
+    provenance at this preset; its ``metric_notes``: how to read a metric on it), which
+    columns depart from the paper's method and how
     (``departures`` of the method class: ``pmosfm_tuned``), what the memory figure is,
     and which timing cells were measured on a loaded machine."""
     lines = []
     if (cls := TASKS.lookup(task)) is not None and hasattr(cls, "provenance"):
         lines.append(f"data: {cls.provenance(preset)}")
+    for metric, note in (getattr(cls, "metric_notes", None) or {}).items():
+        if mean is None or metric in mean.index:  # how to read a metric on this task
+            lines.append(f"{metric}: {note}")
     for m in sorted({method_of(c) for c in by_method}):
         cls_m = METHODS.lookup(m)
         deps = getattr(cls_m, "departures", None) if cls_m is not None else None
