@@ -125,12 +125,19 @@ def group_records(records: list[dict], variants: bool = False
     return {k: {m: list(s.values()) for m, s in v.items()} for k, v in out.items()}
 
 
-def _method_order(methods: list[str]) -> list[str]:
+def _method_order(methods: list[str], built_on: dict[str, str | None] | None = None
+                  ) -> list[str]:
     """``data`` first, then by method name, a method's derived column (``departs_from``:
-    ``pmosfm_tuned``) right after the method it departs from."""
+    ``pmosfm_tuned``) right after the method it departs from, and a method built on
+    another (``built_on``: the records' ``pretrained``, e.g. the samplers on the shared
+    ``fm_ot`` backbone) right after that method's column when the table has it."""
+    names = {method_of(m) for m in methods}
+
     def key(m: str) -> tuple[str, int, str]:
         name = method_of(m)
         base = getattr(METHODS.lookup(name), "departs_from", None) if name in METHODS else None
+        if base is None and (built_on or {}).get(m) in names - {name}:
+            base = (built_on or {})[m]
         return (base or name, int(base is not None), m)
 
     data = sorted(m for m in methods if method_of(m) == "data")
@@ -156,7 +163,9 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
     rows = metric_rows + [name for name, _ in EXTRA_ROWS]
     getters = {m: (lambda r, m=m: (r.get("metrics") or {}).get(m)) for m in metric_rows}
     getters.update(dict(EXTRA_ROWS))
-    methods = _method_order(list(by_method))
+    methods = _method_order(list(by_method), {m: next(
+        (r.get("pretrained") for r in recs if r.get("pretrained")), None)
+        for m, recs in by_method.items()})
     mean = pd.DataFrame(index=rows, columns=methods, dtype=float)
     std = pd.DataFrame(index=rows, columns=methods, dtype=float)
     flags: dict[tuple[str, str], tuple[str, int, int]] = {}

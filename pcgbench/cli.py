@@ -266,6 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if skipped:
             print(f"skipped (record exists; --force to rerun): {path}"
                   + ("" if status == "ok" else f" [status {status}]"))
+            _record_pretrained(opts, record)
             continue
         if status != "ok" and not record.get("metrics"):
             print(f"{args.task}/{args.method} seed={seed} preset={args.preset}: {status.upper()}"
@@ -286,7 +287,29 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  {status.upper()}: {record.get('status_reason')}; recorded, left out of "
                   "leaderboard means")
         print(f"  record: {path}")
+        _record_pretrained(opts, record)
     return 1 if failed else 0
+
+
+def _record_pretrained(opts, record: dict) -> None:
+    """A run of a method built on another (``record['pretrained']``: the shared backbone
+    of a sampling-time method) also records that method's default run once, reusing its
+    fitted checkpoint (sampling and evaluation only), so the leaderboard shows its column
+    beside the methods built on it."""
+    import dataclasses
+
+    from pcgbench.runner import record_path, run
+
+    base = record.get("pretrained")
+    if not base or base == opts.method:
+        return
+    base_opts = dataclasses.replace(opts, method=base, overrides={}, chart=None, tag=None,
+                                    force=False)
+    if record_path(base_opts).exists():
+        return
+    base_record, path, _ = run(base_opts)
+    print(f"  also recorded {base}, which {opts.method} builds on (its fitted checkpoint "
+          f"reused): status {base_record.get('status', 'ok')}, record {path}")
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:

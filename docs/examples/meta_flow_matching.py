@@ -19,7 +19,7 @@ from flow_matching.utils import ModelWrapper
 
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods._flow import PRESET_BUDGET, preset_backbone
+from pcgbench.methods.sampling import PRESET_BUDGET, preset_backbone
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData
 from pcgbench.training import batch_indices, train_loop

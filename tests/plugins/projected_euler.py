@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch
 
 from pcgbench.method import MethodConfig
-from pcgbench.methods._sampling import (
+from pcgbench.methods.sampling import (
     BackboneSampler,
     apply_projector,
     orthogonal_projector,
