@@ -6,8 +6,8 @@ external data files.
   split of the same task (a row-hash check: identical fields in train and test make the
   test a memorization test).  One-line :class:`PcgError` naming the source, the split and
   the row count.  A task whose reference protocol has a known overlap declares it
-  (``Task.split_overlap_reason``): then the overlap is a warning and is counted in the
-  record (``data_overlap``), never silent.
+  (``Task.overlap_reason``, default ``split_overlap_reason``): then the overlap is a
+  warning and is counted in the record (``data_overlap``), never silent.
 * :func:`data_digest`: a SHA-256 over the contents of the files a ``--data-file`` names
   (``Task.external_files``), so runs and checkpoints are keyed by what was read, not by
   a path whose contents may have been replaced.  The digest of an unchanged file (same
@@ -99,7 +99,7 @@ def check_split(task: Task, split: str, data: FieldData, source: str) -> None:
         if not shared:
             continue
         pair = "/".join(sorted((split, other), key=("train", "val", "test").index))
-        reason = task.split_overlap_reason
+        reason = task.overlap_reason(pair)
         if not reason:
             raise PcgError(f"{source}: {shared} of {len(hashes)} {split} rows of {task.name!r} "
                            f"are identical to {other} rows; the splits must be disjoint "

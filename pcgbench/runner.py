@@ -555,17 +555,19 @@ def data_reference_record(task: Task, opts: RunOptions) -> Path:
     existing = None if opts.force else _read_record(path)  # a corrupt one is regenerated
     if existing is not None and set(task.metrics) <= set(existing.get("metrics") or {}):
         return path
-    val, test = task.dataset("val"), task.dataset("test")
+    ref, target, note = task.data_reference()
     try:
-        metrics = evaluate(task, val.x, test.x, val.cond, test.cond)
+        metrics = evaluate(task, ref.x, target.x, ref.cond, target.cond)
     except PcgError as exc:
-        raise PcgError(f"{exc} (on the data probe: val vs test, before any fit)") from exc
+        raise PcgError(f"{exc} (on the data probe: reference vs test, before any fit)") from exc
     record = {**key, "variant": data_label(task), "metrics": metrics, "nfe": 0,
               "data_file_path": opts.data_file, "created": environment.now(),
-              "note": "val split evaluated against the test split (reference floor)",
+              "note": note,
               "versions": environment.package_versions(), "git": environment.git_hash()}
     if task.split_overlaps:
         record["data_overlap"] = dict(task.split_overlaps)
+    if task.data_notes:
+        record["data_notes"] = dict(task.data_notes)
     write_record(path, record)
     return path
 
@@ -926,4 +928,6 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
     }
     if task.split_overlaps:
         record["data_overlap"] = dict(task.split_overlaps)
+    if task.data_notes:
+        record["data_notes"] = dict(task.data_notes)
     return write_record(path, record), path, False

@@ -250,6 +250,10 @@ class Task(ABC):
         self._row_hashes: dict[str, list[bytes]] = {}
         #: rows shared between splits ("train/test": n), where the task declares them
         self.split_overlaps: dict[str, int] = {}
+        #: what a ``--data-file`` loader decided about the file (e.g. an effective
+        #: viscosity, a re-gauged pressure, how the data reference was formed): recorded
+        #: in every record of the run as ``data_notes``
+        self.data_notes: dict[str, str] = {}
 
     # -- to implement ---------------------------------------------------------------
     @classmethod
@@ -339,6 +343,18 @@ class Task(ABC):
             check_split(self, split, data, source)
             self._splits[split] = data
         return self._splits[split]
+
+    def overlap_reason(self, pair: str) -> str:
+        """Why rows shared by the splits ``pair`` (e.g. "val/test") are the protocol's own
+        (empty: refused); default ``split_overlap_reason``."""
+        return self.split_overlap_reason
+
+    def data_reference(self) -> tuple[FieldData, FieldData, str]:
+        """The ``data`` column's pair ``(reference, target, note)``: each metric of
+        ``reference`` against ``target``, and what the record's note says about it.
+        Default: an independent draw of real data (the val split) against the test set."""
+        return (self.dataset("val"), self.dataset("test"),
+                "val split evaluated against the test split (reference floor)")
 
     def check_splits(self) -> None:
         """Load every split (each checked finite and disjoint from the others on load)."""

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -66,6 +66,7 @@ from pcgbench.solvers.godunov import (
     update_residual,
 )
 from pcgbench.task import FieldData, Task, TaskSpec
+from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -318,7 +319,7 @@ class MassShiftChart(Chart):
         return torch.cat([self.base_chart.residual(x, cond), self._mass(x, cond)], dim=1)
 
 
-class BurgersSuiteTask(Task):
+class BurgersSuiteTask(PcfmSuiteFiles, Task):
     """Base of ``burgers_ic`` / ``burgers_bc``: parameters, data generation from the
     shared Godunov solver, the evaluator and the shared constraints.  Subclasses set
     ``fixed`` (which condition is fixed per group of the sampling sets: "ic" or "bc"),
@@ -383,27 +384,70 @@ class BurgersSuiteTask(Task):
                                   desc=generating(self.name, split))
         return FieldData(x, self.make_cond(x, ic, bc))
 
-    def load_external(self, path: Path, split: str) -> FieldData:
-        """Read ``split`` from PCFM's HDF5 files (``u [A, B, nx, nt]``, ``ic``, ``bc``,
-        ``x``, ``t``; :mod:`pcgbench.tasks._pcfm_files`): rows ordered along the file's
-        first axis, fields transposed to ``[N, 1, nt, nx]``, ``cond`` from
-        :meth:`make_cond`.  The file grid must equal the preset's (paper: 101 x 101)."""
+    def read_split_file(self, src: Path, split: str) -> FieldData:
+        """Read one of PCFM's HDF5 files (``u [A, B, nx, nt]``, ``ic``, ``bc``, ``x``,
+        ``t``; :mod:`pcgbench.tasks._pcfm_files`): rows ordered along the file's first
+        axis (IC- or BC-major, :meth:`file_order`), fields transposed to
+        ``[N, 1, nt, nx]``, ``cond`` from :meth:`make_cond`.  The file grid must equal the
+        preset's (paper: 101 x 101); a test file must be the sampling set, ``n_groups``
+        fixed conditions (first axis) x ``n_per_group`` members."""
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params
-        src = pf.split_path(path, split, self.name)
         with pf.open_h5(src, self.name, ("u", "ic", "bc", "x", "t")) as f:
             u = f["u"]
             pf.check_shape(u, (None, None, p.nx, p.nt), "u", src, self.name, self.preset)
             pf.check_span(f["x"][...], p.length, "x", src, self.name)
             pf.check_span(f["t"][...], p.t_final, "t", src, self.name)
             vals = {k: np.asarray(f[k][...], dtype=np.float64).reshape(-1) for k in ("ic", "bc")}
-            order = pf.pair_order(src, u.shape, vals["ic"].size, vals["bc"].size, split,
-                                  self.fixed)
-            x = pf.read_pairs(u, (1, 0))
+            order = self.file_order(src, u, vals)
             a, b = u.shape[:2]
+            if split == "test" and (order[0], a, b) != (self.fixed, p.n_groups, p.n_per_group):
+                raise PcgError(
+                    f"{self.name}: test file {str(src)!r} holds {a} {order[0]} x {b} "
+                    f"{order[1]} rows; the {self.preset} preset's sampling set is {p.n_groups} "
+                    f"fixed {self.fixed} x {p.n_per_group} members (n_groups x n_per_group)")
+            x = pf.read_pairs(u, (1, 0))
         rows = {order[0]: np.repeat(vals[order[0]], b), order[1]: np.tile(vals[order[1]], a)}
         return FieldData(x, self.make_cond(x, rows["ic"], rows["bc"]))
+
+    #: largest |u(0, x) - front IC of ``ic``| accepted when reading a file's row order
+    #: (float32 storage of a float64 IC: ~1e-7)
+    IC_TOLERANCE: ClassVar[float] = 1e-4
+
+    def file_order(self, src: Path, u: Any, vals: dict[str, np.ndarray]) -> tuple[str, str]:
+        """Which condition ("ic"/"bc") indexes each of the first two axes of ``u [A, B,
+        nx, nt]``, read off the data: in the first and last slabs of the first axis the
+        inflow node ``u[.., 0, 1:]`` must equal the row's ``bc`` (exactly, in float32) and
+        the first time slice ``u[.., :, 0]`` the front IC of its ``ic`` (to
+        ``IC_TOLERANCE``).  Exactly one order must fit; else a one-line error (permuted
+        axes, or ``ic``/``bc`` datasets that are not the file's)."""
+        p = self.params
+        a, b = u.shape[:2]
+        grid = torch.linspace(0.0, p.length, p.nx, dtype=torch.float64)
+        slabs = {i: np.asarray(u[i], dtype=np.float32) for i in sorted({0, a - 1})}
+        fits = []
+        for order in (("ic", "bc"), ("bc", "ic")):
+            if (a, b) != (vals[order[0]].size, vals[order[1]].size):
+                continue
+            ok = True
+            for i, slab in slabs.items():
+                rows = {order[0]: np.full(b, vals[order[0]][i]), order[1]: vals[order[1]]}
+                bc = rows["bc"].astype(np.float32)[:, None]
+                ic = front_ic(torch.from_numpy(rows["ic"].astype(np.float32).astype(np.float64)),
+                              grid, p.front_width).numpy()
+                left = slab[:, 0, 1:]
+                ok &= bool(np.array_equal(left, np.broadcast_to(bc, left.shape)))
+                ok &= bool(np.abs(slab[:, :, 0] - ic).max() <= self.IC_TOLERANCE)
+            if ok:
+                fits.append(order)
+        if len(fits) != 1:
+            what = ("neither IC-major nor BC-major order" if not fits else "both orders")
+            raise PcgError(
+                f"{self.name}: u {tuple(u.shape)} in {str(src)!r} fits {what} of its ic "
+                f"({vals['ic'].size}) and bc ({vals['bc'].size}) datasets (inflow node = bc for "
+                "t > 0, first time slice = the front IC): axes permuted or datasets not the file's")
+        return fits[0]
 
     # -- evaluator ----------------------------------------------------------------------
     def residual(self, x: Tensor, cond: Tensor | None = None) -> Tensor:

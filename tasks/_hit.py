@@ -19,11 +19,17 @@ mode by mode, like a spectrally filtered DNS).  Float32 ``[F, 4, n, n, n]``, axe
 (resolved, ``k_max eta >= 1``) stored at 16^3 so that a 3-D network trains in minutes on
 two cores; 204 frames.  ``smoke``: 16^3 solve stored at 8^3, 28 frames.
 
-**External files** (``--data-file``): an HDF5 file whose dataset ``data`` (or, if
-absent, its only dataset), or a ``.npy`` file, holds the trajectory as
-``[frames, 4, n, n, n]`` or channels-last ``[frames, n, n, n, 4]`` -- the layout the
-Gen4Turbulence description gives (204 frames of 128^3, 3 velocity + 1 scalar); the
-exact published file format was not available to us, so this layout is our reading.
+**External files** (``--data-file``): a ``.npy`` file, or an HDF5 file whose dataset
+``data`` (or, if absent, its only dataset), holds the trajectory.  The published layout
+is channels first, ``[C = 4, T, X, Y, Z]``: Gen4Turbulence's
+``2_forecasting/no/train_tcunet.py`` loads ``data.npy`` as ``[nf, nt, nx, ny, nz]`` and
+transposes it to frames first (GenCFD's ``hit3d.py`` documents ``trajectory.npy`` the same
+way).  Frames first ``[T, 4, n, n, n]`` and channels last ``[T, n, n, n, 4]`` are read too.
+The layout is decided by the shape where only one reading fits; where several do (e.g.
+``T = 4``) by the divergence of the velocity channels: the reading whose first three
+channels are solenoidal (:func:`dilatational_fraction` below ``SOLENOIDAL_MAX``) is taken.
+Every reading is checked that way, so a file whose axes or channels are permuted (e.g. x
+and z swapped, or time read as channel) is a one-line error.
 """
 
 from __future__ import annotations
@@ -144,9 +150,44 @@ class HITTrajectory(Task):
         return self._splits["trajectory"].x
 
 
+#: most dilatational energy fraction a velocity read from a file may have (a solenoidal
+#: field has 0, an isotropic random one 1/3; a permuted axis or channel gives ~0.2-0.5)
+SOLENOIDAL_MAX = 0.1
+
+
+def dilatational_fraction(v: torch.Tensor) -> float:
+    """``sum |k . u_hat|^2 / sum |k|^2 |u_hat|^2`` of velocities ``v [F, 3, n, n, n]`` (the
+    share of the velocity-gradient energy in compression; 0 for a divergence-free
+    field, 1/3 for an isotropic random one), Nyquist modes excluded."""
+    n = v.shape[-1]
+    ks = spectral_wavenumbers_3d(n, v.device, torch.float64)
+    uh = torch.fft.rfftn(v.to(torch.float64), dim=(-3, -2, -1))
+    div = ks[0] * uh[:, 0] + ks[1] * uh[:, 1] + ks[2] * uh[:, 2]
+    k2 = ks[0] ** 2 + ks[1] ** 2 + ks[2] ** 2
+    grad = (k2 * (uh.abs() ** 2).sum(1)).sum()
+    return float((div.abs() ** 2).sum() / grad) if float(grad) > 0 else 0.0
+
+
+def _cubic(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 3 and shape[0] == shape[1] == shape[2]
+
+
+def frame_layouts(shape: tuple[int, ...]) -> dict[str, Any]:
+    """The readings of a 5-D HIT array that fit its shape: name -> function of the array
+    giving ``[frames, 4, n, n, n]``."""
+    out: dict[str, Any] = {}
+    if shape[0] == 4 and _cubic(shape[2:]):
+        out["channels first [4, T, n, n, n] (Gen4Turbulence)"] = lambda a: np.swapaxes(a, 0, 1)
+    if shape[1] == 4 and _cubic(shape[2:]):
+        out["frames first [T, 4, n, n, n]"] = lambda a: a
+    if shape[-1] == 4 and _cubic(shape[1:4]):
+        out["channels last [T, n, n, n, 4]"] = lambda a: np.moveaxis(a, -1, 1)
+    return out
+
+
 def load_frames(path: Path) -> torch.Tensor:
-    """A Gen4Turbulence-layout trajectory from ``path`` (see the module docstring) as float32
-    ``[frames, 4, n, n, n]``."""
+    """A HIT trajectory from ``path`` (layouts: the module docstring) as float32
+    ``[frames, 4, n, n, n]``; the velocity channels must be solenoidal."""
     path = Path(path)
     if not path.is_file():
         raise PcgError(f"HIT data file {str(path)!r} does not exist")
@@ -162,15 +203,24 @@ def load_frames(path: Path) -> torch.Tensor:
                 raise PcgError(f"HIT file {str(path)!r} has no dataset 'data' and "
                                f"{len(keys)} datasets ({', '.join(keys[:5])})")
             arr = f[key][...]
-    if arr.ndim != 5:
-        raise PcgError(f"HIT file {str(path)!r}: expected a 5-D array [frames, 4, n, n, n], "
-                       f"got shape {tuple(arr.shape)}")
-    if arr.shape[1] != 4 and arr.shape[-1] == 4:
-        arr = np.moveaxis(arr, -1, 1)
-    if arr.shape[1] != 4 or not (arr.shape[2] == arr.shape[3] == arr.shape[4]):
-        raise PcgError(f"HIT file {str(path)!r}: expected 4 channels on a cubic grid, got "
-                       f"shape {tuple(arr.shape)}")
-    return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+    shape = tuple(arr.shape)
+    layouts = frame_layouts(shape) if arr.ndim == 5 else {}
+    if not layouts:
+        raise PcgError(f"HIT file {str(path)!r}: expected 4 channels on a cubic grid "
+                       f"([4, T, n, n, n], [T, 4, n, n, n] or [T, n, n, n, 4]), got shape {shape}")
+    fractions = {}
+    for name, read in layouts.items():
+        head = np.asarray(read(arr)[:2, :3], dtype=np.float64)
+        fractions[name] = dilatational_fraction(torch.from_numpy(head))
+    ok = [name for name, frac in fractions.items() if frac <= SOLENOIDAL_MAX]
+    if len(ok) != 1:
+        seen = "; ".join(f"{name}: {frac:.3g}" for name, frac in fractions.items())
+        why = ("no reading of its axes gives" if not ok else "several readings give")
+        raise PcgError(f"HIT file {str(path)!r} (shape {shape}): {why} divergence-free velocity "
+                       f"channels (dilatational fraction {seen}; at most {SOLENOIDAL_MAX} "
+                       "expected): axes or channels permuted?")
+    frames = layouts[ok[0]](arr)
+    return torch.from_numpy(np.array(frames, dtype=np.float32, order="C"))
 
 
 def spectral_wavenumbers_3d(n: int, device: torch.device | str = "cpu",

@@ -6,9 +6,10 @@ generators and dataset classes, no code taken):
 
 * Burgers IC/BC: ``u [A, B, nx, nt]`` float32 with 1-D datasets ``ic`` (front locations
   p), ``bc`` (inflow values), ``x``, ``t``.  The file written by
-  ``generate_burgers_dataset`` (name ``..._nIC{A}_nBC{B}.h5``) is IC-major; the BC-task
-  sampling set (``generate_burgers_dataset_diffBCs``, ``..._nBC{A}_nIC{B}.h5``) is
-  BC-major.
+  ``generate_burgers_dataset`` is IC-major; the BC-task sampling set
+  (``generate_burgers_dataset_diffBCs``) is BC-major.  The order is read off the data,
+  not the file name: the inflow node equals ``bc`` exactly for ``t > 0`` and the first
+  time slice is the front IC of ``ic`` (:meth:`BurgersSuiteTask.file_order`).
 * Reaction-diffusion: ``u [N_ic, N_bc, nx, nt]``, ``ic [N_ic, nx]``, ``bc [N_bc, 2]``
   (g_L, g_R), ``x`` (cell centres), ``t``, attributes ``rho`` and ``nu``.
 * Navier-Stokes: ``u [nw, nf, s, s, nt]`` with ``u[..., i, j, m] = w(x_i, y_j, t_m)``
@@ -17,9 +18,15 @@ generators and dataset classes, no code taken):
 
 ``--data-file`` names one file per split: a path containing ``{split}`` (e.g.
 ``data/burgers_{split}.h5``) or a directory holding ``train.h5``, ``val.h5``, ``test.h5``.
-PCFM publishes no validation set; val must be a second sampling set with the test set's
-fixed conditions (the data-floor row compares val with test), so it is never silently
-replaced by the test file.
+
+**Validation set and the ``data`` reference** (:class:`PcfmSuiteFiles`).  The ``data``
+column compares an independent draw with the test set *per condition group*, so it
+needs val rows with the test set's fixed conditions.  PCFM's generators write no such
+file (its 30 x 30 "test" file has other conditions).  At load, a val file is checked to
+hold every test group's condition; when there is no val file, or it does not match, val
+is the first half (``floor(M/2)``) of every test group's M members and the ``data``
+reference compares it with the second halves (a warning; the record's ``note`` and
+``data_notes`` say so).  Methods are still scored on the whole test set.
 """
 
 from __future__ import annotations
@@ -35,22 +42,27 @@ import torch
 from pcgbench.errors import PcgError
 
 
-def split_path(path: Path, split: str, task: str) -> Path:
-    """The file of ``split`` named by ``path`` (``{split}`` template or directory)."""
+def split_file(path: Path, split: str) -> Path:
+    """The file ``path`` names for ``split`` (``{split}`` template or directory), whether
+    or not it exists; ``path`` itself when it is neither."""
     text = str(path)
     if "{split}" in text:
-        out = Path(text.replace("{split}", split))
-    elif Path(path).is_dir():
-        out = Path(path) / f"{split}.h5"
-    else:
+        return Path(text.replace("{split}", split))
+    if Path(path).is_dir():
+        return Path(path) / f"{split}.h5"
+    return Path(path)
+
+
+def split_path(path: Path, split: str, task: str) -> Path:
+    """The existing file of ``split`` named by ``path`` (``{split}`` template or directory)."""
+    if "{split}" not in str(path) and not Path(path).is_dir():
         raise PcgError(
             f"{task}: --data-file needs one file per split: a path containing '{{split}}' "
             f"(e.g. data/{task}_{{split}}.h5) or a directory holding train.h5, val.h5, test.h5"
         )
+    out = split_file(path, split)
     if not out.is_file():
-        hint = (" (PCFM publishes no val set: write a second sampling set with the test "
-                "set's fixed conditions)") if split == "val" else ""
-        raise PcgError(f"{task}: {split} data file {str(out)!r} not found{hint}")
+        raise PcgError(f"{task}: {split} data file {str(out)!r} not found")
     return out
 
 
@@ -98,31 +110,6 @@ def check_span(coords: Any, expected: float, what: str, path: Path, task: str) -
                        f"{expected:.6g}")
 
 
-def pair_order(path: Path, shape: tuple[int, ...], n_ic: int, n_bc: int, split: str,
-               fixed: str) -> tuple[str, str]:
-    """Which condition ("ic"/"bc") indexes each of the first two axes of ``u``: from the
-    file name (``nIC..._nBC...`` vs ``nBC..._nIC...``), else from the lengths of ``ic``
-    and ``bc``, else PCFM's convention (train IC-major, sampling sets fixed-major)."""
-    name = path.name
-    i, j = name.find("nIC"), name.find("nBC")
-    sizes = {"ic": n_ic, "bc": n_bc}
-    a, b = shape[:2]
-    if i >= 0 and j >= 0:
-        order = ("ic", "bc") if i < j else ("bc", "ic")
-    elif (a, b) == (n_ic, n_bc) and n_ic != n_bc:
-        order = ("ic", "bc")
-    elif (a, b) == (n_bc, n_ic) and n_ic != n_bc:
-        order = ("bc", "ic")
-    else:
-        other = "bc" if fixed == "ic" else "ic"
-        order = ("ic", "bc") if split == "train" else (fixed, other)
-    if (a, b) != (sizes[order[0]], sizes[order[1]]):
-        raise PcgError(f"data file {str(path)!r}: u is {a} x {b} along its first two axes, "
-                       f"but {order[0]} has {sizes[order[0]]} and {order[1]} has "
-                       f"{sizes[order[1]]} entries")
-    return order
-
-
 def read_pairs(u: Any, perm: tuple[int, ...]) -> torch.Tensor:
     """``u [A, B, *rest]`` -> float32 ``[A * B, 1, *rest permuted by perm]`` (rest axes
     numbered from 0), read one first-axis slab at a time (no second full copy)."""
@@ -134,3 +121,94 @@ def read_pairs(u: Any, perm: tuple[int, ...]) -> torch.Tensor:
                                                  (0, *(1 + q for q in perm)))
         out[i * b:(i + 1) * b, 0] = torch.from_numpy(np.ascontiguousarray(slab))
     return out
+
+
+def condition_groups(cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(keys, inverse): the distinct condition rows of ``cond [N, ...]`` and the group of
+    every row (as the per-condition MMSE/SMSE group them)."""
+    return torch.unique(cond.reshape(len(cond), -1), dim=0, return_inverse=True)
+
+
+def unmatched_groups(test_cond: torch.Tensor, val_cond: torch.Tensor) -> int:
+    """How many condition groups of the test rows have no val row with their condition
+    (the per-condition metrics' tolerance, :data:`pcgbench.metrics.moments.COND_TOL`)."""
+    from pcgbench.metrics.moments import COND_TOL
+
+    keys = condition_groups(test_cond)[0].to(torch.float64)
+    vkeys = condition_groups(val_cond)[0].to(torch.float64)
+    if vkeys.shape[1] != keys.shape[1]:
+        return len(keys)
+    gap = (keys[:, None, :] - vkeys[None, :, :]).abs().amax(-1)  # [G, G_val]
+    tol = COND_TOL * (1.0 + keys.abs().amax(-1, keepdim=True))
+    return int((~(gap <= tol).any(1)).sum())
+
+
+def group_halves(cond: torch.Tensor, task: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row indices (first, second) splitting every condition group of ``cond`` into its
+    first ``floor(M/2)`` members and the rest (row order kept)."""
+    _, inverse = condition_groups(cond)
+    first, second = [], []
+    for g in range(int(inverse.max()) + 1 if len(inverse) else 0):
+        rows = (inverse == g).nonzero().flatten()
+        if len(rows) < 2:
+            raise PcgError(f"{task}: test group {g} has {len(rows)} member(s); the data "
+                           "reference needs a val file or at least 2 members per group")
+        half = len(rows) // 2
+        first.append(rows[:half])
+        second.append(rows[half:])
+    return torch.cat(first), torch.cat(second)
+
+
+class PcfmSuiteFiles:
+    """Mixin of the constrained-PDE suite tasks that read PCFM's files (before ``Task`` in
+    the bases): subclasses implement :meth:`read_split_file`; ``val`` is checked against
+    the test set's condition groups at load, else formed from the first halves of the test
+    groups (module docstring)."""
+
+    name: str
+    data_file: Any
+    data_notes: dict[str, str]
+    split_overlap_reason: str
+    _target_rows: torch.Tensor | None = None  # second halves of the test groups
+
+    def read_split_file(self, src: Path, split: str) -> Any:
+        raise NotImplementedError
+
+    def load_external(self, path: Path, split: str) -> Any:
+        if split != "val":
+            return self.read_split_file(split_path(path, split, self.name), split)
+        import warnings
+
+        test = self.dataset("test")  # type: ignore[attr-defined]
+        src = split_file(path, "val")
+        if src.is_file():
+            val = self.read_split_file(src, "val")
+            missing = unmatched_groups(test.cond, val.cond)
+            if not missing:
+                return val
+            why = (f"the val file {src.name!r} holds none of the conditions of {missing} of "
+                   f"the {len(condition_groups(test.cond)[0])} test groups")
+        else:
+            why = f"no val file ({str(src)!r})"
+        first, second = group_halves(test.cond, self.name)
+        self._target_rows = second
+        note = (f"data reference = the first half of every test group's members against the "
+                f"second half ({why}; PCFM writes no val set with the test conditions)")
+        self.data_notes["data_reference"] = note
+        warnings.warn(f"{self.name}: {note}", stacklevel=2)
+        return test.subset(first)
+
+    def overlap_reason(self, pair: str) -> str:
+        if pair == "val/test" and self._target_rows is not None:
+            return ("val is the first half of every test group (no val file with the test "
+                    "conditions)")
+        return self.split_overlap_reason
+
+    def data_reference(self) -> tuple[Any, Any, str]:
+        val = self.dataset("val")  # type: ignore[attr-defined]
+        test = self.dataset("test")  # type: ignore[attr-defined]
+        if self._target_rows is None:
+            return val, test, "val split evaluated against the test split (reference floor)"
+        return (val, test.subset(self._target_rows),
+                "first half of every test group evaluated against the second half "
+                "(reference floor; no val file shares the test conditions)")

@@ -28,12 +28,13 @@ with probability 0.1 ``u0 <- |u0|``; a random sign ``+-1``; with probability 0.1
 (= 1 - dx, so its ICs are not exactly periodic) and reuses PRNG keys across draws; we use
 period 1 and independent draws.  **Viscosity:** PDEBench's finite-volume solver uses the
 diffusion coefficient ``epsilon / pi`` (``1D_Burgers_Sols_Nu0.001.hdf5`` thus has
-``nu = 3.2e-4``); we generate and evaluate with the paper's ``nu = 1e-3``.
+``nu = 3.2e-4``); we generate and evaluate with the paper's ``nu = 1e-3``, and evaluate a
+loaded PDEBench file with its own ``epsilon / pi`` (:attr:`BurgersTask.nu`).
 
 **Splits.** The paper used PDEBench's 10,000 trajectories (first 1,000 train, 1,000-1,499
 validation, the rest test); the ``paper`` preset generates 1,000/500/1,000 trajectories
 (1,000 test rather than 8,500).  :meth:`BurgersTask.load_external` reads the PDEBench file
-with the paper's index split instead.
+with the paper's index split instead, block-averaging its cell averages in x.
 """
 
 from __future__ import annotations
@@ -204,6 +205,13 @@ class BurgersTask(Task):
         return TaskSpec(name="burgers", field_shape=(1, p.nt, p.nx), channel_names=("u",))
 
     @property
+    def nu(self) -> float:
+        """The viscosity of the data: ``params.nu``, or the effective viscosity of a
+        PDEBench file once it is loaded (:meth:`load_external`); the evaluator and the
+        ``ic`` chart's solver use it."""
+        return self._nu_file if getattr(self, "_nu_file", None) is not None else self.params.nu
+
+    @property
     def times(self) -> torch.Tensor:
         return torch.linspace(0.0, self.params.t_final, self.params.nt, dtype=torch.float64)
 
@@ -252,7 +260,7 @@ class BurgersTask(Task):
         """Paper evaluator ``r_B`` of physical fields ``x [N, 1, nt, nx]`` -> ``[N, nt, nx]``."""
         p = self.params
         nt, nx = x.shape[-2:]
-        return burgers_residual(x[:, 0], p.nu, p.t_final / (nt - 1), 1.0 / nx)
+        return burgers_residual(x[:, 0], self.nu, p.t_final / (nt - 1), 1.0 / nx)
 
     def constraints(self) -> Mapping[str, Constraint]:
         """``mass``: ``mean_x u(t) - mean_x u(0) = 0`` for every t > 0 (linear, ``[N, nt-1]``)."""
@@ -286,7 +294,7 @@ class BurgersTask(Task):
 
         def decode(u0: torch.Tensor) -> torch.Tensor:
             fine = fourier_resample(u0, upsample * p.nx) if upsample > 1 else u0
-            traj = solve_burgers(fine, p.nu, t.to(u0.device), cfl=cfl, filter=filter,
+            traj = solve_burgers(fine, self.nu, t.to(u0.device), cfl=cfl, filter=filter,
                                  per_sample=per_sample)
             if upsample > 1:
                 traj = torch.cat([u0[:, None], self._reduce(traj[:, 1:])], dim=1)
@@ -295,12 +303,20 @@ class BurgersTask(Task):
         return decode
 
     def load_external(self, path: Path, split: str) -> FieldData:
-        """Read ``split`` of PDEBench's ``1D_Burgers_Sols_Nu0.001.hdf5`` (datasets
-        ``tensor`` [N, 201, 1024], ``x-coordinate`` [1024], ``t-coordinate`` [202]).
+        """Read ``split`` of PDEBench's ``1D_Burgers_Sols_Nu0.001.hdf5`` (written by
+        ``burgers_multi_solution_Hydra.py`` and ``Data_Merge.py``: ``tensor`` [N, 201,
+        1024] finite-volume cell averages, ``x-coordinate`` [1024] cell centres,
+        ``t-coordinate`` [202], attribute ``Nu``).
 
         Paper split by index: [0, 1000) train, [1000, 1500) val, [1500, N) test, each
-        capped at the preset's split size.  A finer file grid is sub-sampled by integer
-        strides in t and x; any other mismatch is a :class:`PcgError`."""
+        capped at the preset's split size.  A finer file grid is reduced by integer
+        factors: in x by *block averaging* (cell averages of cell averages, so the
+        discrete mass is conserved as in the file), in t by stride (snapshots).  The
+        effective viscosity is PDEBench's ``epsilon / pi`` (its flux uses
+        ``epsilon * pi_inv``; ``epsilon`` = the ``Nu`` attribute, else the file name's
+        ``Nu...``): the evaluator uses it and the record's ``data_notes`` say so.  Any
+        other mismatch (including coordinate lengths that do not fit the tensor's axes,
+        e.g. a transposed file) is a :class:`PcgError`."""
         import h5py
 
         path = Path(path)
@@ -322,13 +338,15 @@ class BurgersTask(Task):
             if data.ndim != 3:
                 raise PcgError(f"'tensor' in {str(path)!r} must be [N, nt, nx], got {data.shape}")
             n_all, nt_f, nx_f = data.shape
-            st, sx = (nt_f - 1) // (p.nt - 1), nx_f // p.nx
+            self._check_coordinates(f["x-coordinate"][...], f["t-coordinate"][...], nt_f, path,
+                                    nx_f)
+            st, bx = (nt_f - 1) // (p.nt - 1), nx_f // p.nx
             if (nt_f - 1) % (p.nt - 1) or nx_f % p.nx:
                 raise PcgError(
-                    f"Burgers file grid (nt={nt_f}, nx={nx_f}) cannot be sub-sampled by "
-                    f"integer strides to the {self.preset} preset grid (nt={p.nt}, nx={p.nx})"
+                    f"Burgers file grid (nt={nt_f}, nx={nx_f}) cannot be reduced by integer "
+                    f"factors to the {self.preset} preset grid (nt={p.nt}, nx={p.nx})"
                 )
-            self._check_coordinates(f["x-coordinate"][...], f["t-coordinate"][...], nt_f, path)
+            self._set_file_viscosity(path, f.attrs.get("Nu"))
             size = self._size_seed(split)[0]
             hi = n_all if hi is None else min(hi, n_all)
             hi = min(hi, lo + size)
@@ -337,11 +355,46 @@ class BurgersTask(Task):
                     f"Burgers data file {str(path)!r} has {n_all} trajectories; split "
                     f"{split!r} needs indices from {lo}"
                 )
-            x = np.asarray(data[lo:hi, ::st, ::sx], dtype=np.float32)
-        return FieldData(torch.from_numpy(x)[:, None], None)
+            x = np.asarray(data[lo:hi, ::st], dtype=np.float64)
+        x = x.reshape(*x.shape[:-1], p.nx, bx).mean(-1)  # block average in x
+        if bx > 1:
+            self.data_notes["x_reduction"] = (f"file x grid {nx_f} block-averaged by {bx} to "
+                                              f"{p.nx} (cell averages; mass conserved)")
+        return FieldData(torch.from_numpy(x.astype(np.float32))[:, None], None)
 
-    def _check_coordinates(self, xc: np.ndarray, tc: np.ndarray, nt_f: int, path: Path) -> None:
+    def _set_file_viscosity(self, path: Path, nu_attr: object) -> None:
+        """The effective viscosity ``epsilon / pi`` of a PDEBench file (``epsilon`` from
+        the ``Nu`` attribute or the file name), recorded in ``data_notes``."""
+        import re
+
+        source = "attribute Nu"
+        try:
+            eps = float(nu_attr) if nu_attr is not None else None  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            eps = None
+        if eps is None:
+            m = re.search(r"Nu(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)", path.name)
+            eps, source = (float(m.group(1)), "the file name") if m else (None, "")
+        if eps is None or not math.isfinite(eps) or eps <= 0:
+            warnings.warn(f"{path.name}: no PDEBench Nu attribute or Nu... in the name; the "
+                          f"evaluator keeps nu = {self.params.nu:g}", stacklevel=3)
+            self.data_notes["viscosity"] = (f"unknown in the file; evaluator nu = "
+                                            f"{self.params.nu:g} (the preset's)")
+            return
+        self._nu_file = eps / math.pi
+        self.data_notes["viscosity"] = (f"PDEBench epsilon = {eps:g} ({source}); effective "
+                                        f"viscosity epsilon/pi = {self._nu_file:.6g} used by "
+                                        f"the evaluator (the preset's nu = {self.params.nu:g})")
+
+    def _check_coordinates(self, xc: np.ndarray, tc: np.ndarray, nt_f: int, path: Path,
+                           nx_f: int | None = None) -> None:
         p = self.params
+        xs, ts = np.asarray(xc).size, np.asarray(tc).size
+        if (nx_f is not None and xs != nx_f) or ts not in (nt_f, nt_f + 1):
+            raise PcgError(
+                f"Burgers file {str(path)!r}: 'tensor' [N, nt={nt_f}, nx={nx_f}] does not fit "
+                f"x-coordinate ({xs} values) and t-coordinate ({ts}; PDEBench stores nt + 1): "
+                "axes transposed?")
         for name, c in (("x-coordinate", xc), ("t-coordinate", tc)):
             c = np.asarray(c, dtype=np.float64).reshape(-1)
             if c.size < 2 or not np.isfinite(c).all() or not (np.diff(c) > 0).all():

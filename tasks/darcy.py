@@ -258,46 +258,104 @@ class DarcyTask(Task):
             y = torch.from_numpy(self.log_permeability(8, 777)).float()[:, None]
         return DarcySolverChart(p.n, f, p.chart_iters if iters is None else iters, y)
 
+    def external_layout(self, path: Path) -> dict[str, Path]:
+        """The directory each split reads from: PBFM's layout (``path/train`` and
+        ``path/valid``, each with PIDM's two CSV files; val and test from ``valid``) or
+        one PIDM output directory for all three splits."""
+        path = Path(path)
+        if (path / "train").is_dir() and (path / "valid").is_dir():
+            return {"train": path / "train", "val": path / "valid", "test": path / "valid"}
+        return {"train": path, "val": path, "test": path}
+
+    def external_files(self, path: Path) -> list[Path]:
+        """The CSV files the splits read (their contents are the data's identity)."""
+        dirs = sorted(set(self.external_layout(path).values()))
+        return [d / name for d in dirs for name in EXTERNAL_FILES.values() if (d / name).is_file()]
+
+    def _rows_range(self, path: Path, split: str) -> tuple[int, int]:
+        p = self.params
+        if self.external_layout(path)["train"] != self.external_layout(path)["val"]:
+            sizes = {"train": (0, p.n_train), "val": (0, p.n_val),
+                     "test": (p.n_val, p.n_val + p.n_test)}  # PBFM: val, test from valid/
+            return sizes[split]
+        sizes_flat = [p.n_train, p.n_val, p.n_test]
+        k = ("train", "val", "test").index(split)
+        return sum(sizes_flat[:k]), sum(sizes_flat[: k + 1])
+
     def load_external(self, path: Path, split: str) -> FieldData:
-        """Read ``split`` from PIDM's generator output: the directory ``path`` holds
-        ``p_data.csv`` and ``K_data.csv`` (no header, one flattened row of n*n values per
+        """Read ``split`` from PIDM's generator output (``src/darcy_data_generation.py``:
+        ``p_data.csv`` and ``K_data.csv``, no header, one flattened row of n*n values per
         sample, row-major with axis 0 = x; PIDM's reversed y-spacing does not change the
-        arrays).  Split by row index (our choice; the paper publishes none):
-        train = rows [0, n_train), val = the next n_val, test = the next n_test rows.
-        A file grid m x m with (m-1) a multiple of (n-1) is sub-sampled by stride."""
+        arrays).  ``path`` is either one such directory -- train = rows [0, n_train), val
+        = the next n_val, test = the next n_test (our choice; the paper publishes none) --
+        or PBFM's layout, a directory with ``train/`` and ``valid/`` (PBFM
+        ``darcy_flow/dataset_loader.py``): train = the first n_train rows of ``train/``,
+        val = the first n_val rows of ``valid/`` and test the next n_test.  A file grid
+        m x m with (m-1) a multiple of (n-1) is sub-sampled by stride (node values).
+
+        **Gauge.** PIDM fixes the pressure's constant by a zero *trapezoid-rule* integral
+        (its ``int_cond``); this task's constraint is a zero *grid mean*.  The loader
+        shifts every p by its grid mean (the evaluator sees only derivatives of p, so
+        ``re`` is unchanged) and says so in ``data_notes`` when the shift is not at
+        round-off.  **Checks:** enough rows (one-line error naming the file), K > 0
+        (``p`` and ``K`` swapped), matching row widths.  ``re`` on such files is the same
+        finite-difference residual of the scored fields; PIDM's pressures solve PIDM's own
+        FD system (least squares), not this task's FV system (docs/protocols.md)."""
         import pandas as pd
 
-        path = Path(path)
-        files = {key: path / name for key, name in EXTERNAL_FILES.items()}
+        layout = self.external_layout(Path(path))
+        src = layout[split]
+        files = {key: src / name for key, name in EXTERNAL_FILES.items()}
         missing = [str(f) for f in files.values() if not f.is_file()]
         if missing:
-            raise PcgError(f"Darcy data directory {str(path)!r} lacks {', '.join(missing)}")
+            raise PcgError(f"Darcy data directory {str(path)!r} lacks {', '.join(missing)} "
+                           "(expected PIDM's p_data.csv and K_data.csv, or PBFM's train/ and "
+                           "valid/ holding them)")
         p = self.params
-        sizes = [p.n_train, p.n_val, p.n_test]
-        k = ("train", "val", "test").index(split)
-        lo, hi = sum(sizes[:k]), sum(sizes[: k + 1])
+        lo, hi = self._rows_range(Path(path), split)
         arrays = {}
         for key, file in files.items():
+            have = _count_rows(file)
+            if have < hi:
+                raise PcgError(f"Darcy file {str(file)!r} has {have} rows; split {split!r} "
+                               f"needs rows [{lo}, {hi}) (n_train={p.n_train}, "
+                               f"n_val={p.n_val}, n_test={p.n_test} at the {self.preset} preset)")
             try:
                 df = pd.read_csv(file, header=None, skiprows=lo, nrows=hi - lo, dtype=np.float64)
             except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-                raise PcgError(f"cannot read Darcy file {str(file)!r}: {exc}") from exc
+                raise PcgError(f"cannot read Darcy file {str(file)!r}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else exc}") from exc
             arrays[key] = df.to_numpy()
-        rows = {key: a.shape[0] for key, a in arrays.items()}
-        if min(rows.values()) < hi - lo:
-            raise PcgError(
-                f"Darcy files in {str(path)!r} have {rows} rows after index {lo}; split "
-                f"{split!r} needs {hi - lo} rows from index {lo}"
-            )
         width = arrays["p"].shape[1]
         m = int(round(width**0.5))
         if arrays["K"].shape[1] != width or m * m != width or (m - 1) % (p.n - 1):
             raise PcgError(
-                f"Darcy files in {str(path)!r} have rows of {width} (p) and "
+                f"Darcy files in {str(src)!r} have rows of {width} (p) and "
                 f"{arrays['K'].shape[1]} (K) values; the {self.preset} preset needs m*m values "
                 f"with (m-1) a multiple of {p.n - 1} (e.g. {p.n * p.n})"
             )
+        if not (arrays["K"] > 0).all():
+            raise PcgError(f"Darcy file {str(files['K'])!r} has non-positive permeabilities "
+                           f"(min {arrays['K'].min():.3g}): p and K swapped?")
         s = (m - 1) // (p.n - 1)
         fields = [arrays[key].reshape(-1, m, m)[:, ::s, ::s] for key in ("p", "K")]
+        shift = fields[0].mean(axis=(1, 2), keepdims=True)
+        fields[0] = fields[0] - shift
+        scale = max(float(np.abs(fields[0]).max()), 1e-300)
+        if float(np.abs(shift).max()) > 1e-6 * scale:
+            self.data_notes["pressure_gauge"] = (
+                f"p shifted to zero grid mean (max |shift| {float(np.abs(shift).max()):.3g}, "
+                f"{float(np.abs(shift).max()) / scale:.2g} of max |p|): the file fixes p by "
+                "another rule (PIDM: zero trapezoid integral); re unchanged")
         x = torch.from_numpy(np.stack(fields, axis=1)).float()
         return FieldData(x, None)
+
+
+def _count_rows(file: Path) -> int:
+    """Lines of a CSV file (a last line without a newline counts), without parsing it."""
+    n, last = 0, b"\n"
+    with open(file, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")

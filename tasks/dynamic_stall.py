@@ -20,8 +20,10 @@ direction rotate with the pitch angle alpha(t) (a rotation keeps both closures).
 ``cond`` = ``[s_x, s_y, c_1 .. c_4]``, ``[N, 6, n_time, n_surf]``: the two surface-
 direction channels and the four condition values mapped to [0, 1] over their ranges,
 broadcast over the grid (PBFM's "full conditioning").  Test rows come in groups of
-``realizations`` with the same condition: ``mmse``/``smse`` compare per-condition mean
-and standard deviation (PBFM's test reference).
+``realizations`` with the same condition; ``mmse``/``smse`` are *pooled* over the whole
+test split (the task does not set ``group_statistics_by_cond``; PBFM's own test
+reference compares per-condition means and standard deviations, and the paper reports
+no MMSE/SMSE for this benchmark).
 
 **Evaluator.** After de-normalization, ``r_gas = p - rho R T`` (R = 8.31446261815324 /
 28.966e-3, PBFM's value) and ``r_tau = tau_w - sign(mu . s) |mu|``, ``mu = mu(T) (du_s/dx,
@@ -192,15 +194,26 @@ class DynamicStallTask(Task):
                           grid.expand(-1, -1, *x.shape[-2:])], dim=1)
         return FieldData(x.contiguous(), cond.contiguous())
 
+    #: PBFM's realizations per nominal condition (``stat`` of its dataset loader)
+    PBFM_REALIZATIONS = 32
+    #: largest ||p - rho R T|| / ||p|| accepted on a file's first rows (the RANS state
+    #: satisfies the ideal-gas law to float32 round-off; a permuted channel gives O(1))
+    GAS_TOLERANCE = 1e-3
+
     def load_external(self, path: Path, split: str) -> FieldData:
-        """PBFM's ``dynamic_stall_train.h5`` (train; val = its last ``n_val`` conditions) or
-        ``dynamic_stall_test.h5`` (test), from the directory ``path``.  Layout (PBFM
-        ``dynamic_stall/dataset_loader.py``): ``fields`` [conditions x 32, 8, 128, 128]
-        (the six channels, then the two surface-direction channels) and
-        ``nominal_condition`` [conditions x 32, 4], mapped to [0, 1] with PBFM's ranges
-        (its column order, which the file does not name)."""
+        """PBFM's ``dynamic_stall_train.h5`` (train and val) or ``dynamic_stall_test.h5``
+        (test), from the directory ``path``.  Layout (PBFM ``dynamic_stall/
+        dataset_loader.py``): ``fields`` [conditions x 32, 8, H, W] (the six channels,
+        then the two surface-direction channels; a [conditions, 32, ...] array is read
+        the same way) and ``nominal_condition`` [conditions x 32, 4], mapped to [0, 1] with
+        PBFM's ranges (its column order, which the file does not name).  val = the last
+        ``n_val`` *conditions* of the train file (all their realizations), train = the
+        others: no condition is in both.  Checked at load: the file grid H x W equals the
+        preset's ``n_time x n_surf`` and the ideal-gas closure holds on the first rows
+        (``GAS_TOLERANCE``; catches permuted channels)."""
         import h5py
 
+        p = self.params
         name = "dynamic_stall_test.h5" if split == "test" else "dynamic_stall_train.h5"
         file = Path(path) / name if Path(path).is_dir() else Path(path)
         if not file.is_file():
@@ -208,17 +221,53 @@ class DynamicStallTask(Task):
         with h5py.File(file, "r") as f:
             if "fields" not in f or "nominal_condition" not in f:
                 raise PcgError(f"{str(file)!r} lacks 'fields' or 'nominal_condition'")
+            shape = tuple(f["fields"].shape)
+            if len(shape) not in (4, 5) or shape[-3] != 8:
+                raise PcgError(f"'fields' in {str(file)!r} must be [conditions x realizations, "
+                               f"8, H, W], got {shape}")
+            if shape[-2:] != (p.n_time, p.n_surf):
+                raise PcgError(f"dynamic stall file {str(file)!r} has a {shape[-2]} x {shape[-1]} "
+                               f"grid; the {self.preset} preset needs {p.n_time} x {p.n_surf} "
+                               "(PBFM's files are 128 x 128: --preset paper)")
             fields = np.asarray(f["fields"][...], dtype=np.float64)
             nominal = np.asarray(f["nominal_condition"][...], dtype=np.float64)
-        fields = fields.reshape(-1, 8, *fields.shape[-2:])
+        per = shape[1] if len(shape) == 5 else self._file_realizations(nominal.reshape(-1, 4))
+        fields = fields.reshape(-1, 8, *shape[-2:])
         nominal = nominal.reshape(-1, 4)
+        if len(fields) != len(nominal):
+            raise PcgError(f"{str(file)!r}: {len(fields)} field rows but {len(nominal)} "
+                           "nominal conditions")
+        self._check_gas(fields[: min(len(fields), 4)], file)
         if split != "test":
-            r = self.params.realizations
-            cut = len(fields) - self.params.n_val * r
+            if len(fields) % per:
+                raise PcgError(f"{str(file)!r}: {len(fields)} rows are not whole groups of "
+                               f"{per} realizations per condition")
+            n_cond = len(fields) // per
+            if n_cond <= p.n_val:
+                raise PcgError(f"{str(file)!r} holds {n_cond} conditions; train and val need "
+                               f"more than n_val = {p.n_val}")
+            cut = (n_cond - p.n_val) * per
             sl = slice(0, cut) if split == "train" else slice(cut, None)
             fields, nominal = fields[sl], nominal[sl]
         unit = (nominal - PBFM_COND_MIN) / (PBFM_COND_MAX - PBFM_COND_MIN)
         return self._rows(torch.from_numpy(fields), unit)
+
+    def _file_realizations(self, nominal: np.ndarray) -> int:
+        """Rows per condition of a flat file: the common length of its runs of equal
+        nominal rows when there are several such runs, else PBFM's 32."""
+        change = np.flatnonzero(np.any(np.diff(nominal, axis=0) != 0, axis=1)) + 1
+        runs = np.diff(np.concatenate([[0], change, [len(nominal)]]))
+        if len(runs) > 1 and runs.min() == runs.max() and runs[0] > 1:
+            return int(runs[0])
+        return self.PBFM_REALIZATIONS
+
+    def _check_gas(self, fields: np.ndarray, file: Path) -> None:
+        p, t, rho = fields[:, 0], fields[:, 3], fields[:, 4]
+        rel = float(np.linalg.norm(p - rho * R_GAS * t) / max(np.linalg.norm(p), 1e-300))
+        if not rel <= self.GAS_TOLERANCE:
+            raise PcgError(f"{str(file)!r}: ||p - rho R T|| / ||p|| = {rel:.3g} on the first "
+                           f"rows (channels 0, 3, 4 as p, T, rho; at most {self.GAS_TOLERANCE}): "
+                           "channels permuted?")
 
     # -- evaluator / constraints / charts ----------------------------------------------
     def _closures(self, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor]:

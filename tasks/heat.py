@@ -185,6 +185,14 @@ class HeatTask(Task):
         x = torch.from_numpy(u)[:, None]
         return FieldData(x, x[:, 0, 0, :].clone())
 
+    def load_external(self, path, split: str) -> FieldData:
+        """No published file exists: PCFM writes no heat data file (its
+        ``datasets/diffusion.py`` draws the exact solution on the fly), so ``heat`` has no
+        ``--data-file`` loader; its data are that exact solution, generated here."""
+        raise PcgError("heat has no --data-file loader: PCFM publishes no heat data file (its "
+                       "datasets/diffusion.py draws the exact solution on the fly, as this "
+                       "task's generator does); run without --data-file")
+
     def residual(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
         """Best-fit-diffusivity heat residual of ``x [N, 1, nt, nx]`` -> ``[N, nt, nx]``."""
         nt, nx = x.shape[-2:]

@@ -107,6 +107,22 @@ def spectral_divergence(x: torch.Tensor) -> torch.Tensor:
     return torch.fft.irfft2(1j * kx * uh + 1j * ky * vh, s=shape)
 
 
+#: most dilatational energy fraction a velocity read from a file may have (0 for a
+#: solenoidal field, 1/2 for an isotropic random 2-D one; swapped axes or components
+#: give ~0.5)
+SOLENOIDAL_MAX = 0.1
+
+
+def dilatational_fraction(x: torch.Tensor) -> float:
+    """``sum |k . u_hat|^2 / sum |k|^2 |u_hat|^2`` of velocities ``x [N, 2, n0, n1]``
+    (spectral derivatives, Nyquist excluded): 0 for a divergence-free field."""
+    kx, ky = (k.to(torch.float64) for k in spectral_wavenumbers(tuple(x.shape[-2:])))
+    uh = torch.fft.rfft2(x.to(torch.float64))
+    div = kx * uh[:, 0] + ky * uh[:, 1]
+    grad = ((kx**2 + ky**2) * (uh.abs() ** 2).sum(1)).sum()
+    return float((div.abs() ** 2).sum() / grad) if float(grad) > 0 else 0.0
+
+
 def energy_drift(series: np.ndarray) -> dict[str, float]:
     """Stationarity numbers of an energy series E_t (uniform in time): ``rel_drift`` =
     (mean of the second half - mean of the first half) / mean, ``rel_slope`` = least-
@@ -371,7 +387,9 @@ class KolmogorovTask(Task):
         ``reynolds`` ``[n_re]``; velocities as written by PBFM's generator (the loader
         divides by 5 on reading, so the file holds physical velocities; we keep them).
         The grid axes are assumed (x, y) as in PBFM's ``MeshGrid`` (forcing along the
-        last axis).  ``path`` may be the train file, the test file or a directory holding
+        last axis); the velocity must be divergence-free (:func:`dilatational_fraction`
+        below ``SOLENOIDAL_MAX``: a one-line error catches permuted axes or components).
+        ``path`` may be the train file, the test file or a directory holding
         both: train and val come from the train file (val = the last ``snaps_val``
         snapshots of every Re, train = the rest, capped at ``traj_train*snaps_train``),
         test from the test file (``kolmogorov_test.h5`` next to the train file)."""
@@ -411,6 +429,13 @@ class KolmogorovTask(Task):
                 sel = slice(0, min(n_snap, p.traj_test * p.snaps_test))
             arr = np.asarray(fields[:, sel], dtype=np.float64)
         x = torch.from_numpy(arr).reshape(-1, 2, h, w)
+        head = x[:4]
+        frac = dilatational_fraction(head) if len(head) and bool(torch.isfinite(head).all()) \
+            else 0.0
+        if not frac <= SOLENOIDAL_MAX:  # (non-finite rows: the data guard's one line)
+            raise PcgError(f"Kolmogorov file {str(path)!r}: the velocity (u, v) on the (x, y) "
+                           f"grid is not divergence-free (dilatational fraction {frac:.3g}, at "
+                           f"most {SOLENOIDAL_MAX}): axes or components permuted?")
         if h != p.n or w != p.n:
             x = fourier_truncate(x, p.n) if h == w else x[..., :: h // p.n, :: w // p.n]
         k = arr.shape[1]

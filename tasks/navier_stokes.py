@@ -77,6 +77,7 @@ from pcgbench.solvers.ns2d_cn import (
     snapshot_residual,
 )
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 
 _RESIDUAL_CHUNK = 64  # rows per evaluator batch
 
@@ -145,7 +146,7 @@ def _cl(x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
 
 
 @TASKS.register("navier_stokes")
-class NavierStokesTask(Task):
+class NavierStokesTask(PcfmSuiteFiles, Task):
     """Forced 2-D Navier-Stokes vorticity trajectories from fixed initial vorticities."""
 
     Params = NavierStokesParams
@@ -248,19 +249,34 @@ class NavierStokesTask(Task):
                  for i in range(0, x.shape[0], _RESIDUAL_CHUNK)]
         return torch.cat(parts) if parts else x.new_zeros(0, x.shape[2] - 1, *x.shape[-2:])
 
-    def load_external(self, path: Path, split: str) -> FieldData:
-        """Read ``split`` from PCFM's HDF5 files (``u [nw, nf, s, s, nt]``, ``u[..., i, j,
-        m] = w(x_i, y_j, t_m)``; :mod:`pcgbench.tasks._pcfm_files`): rows IC-major, fields
-        transposed to ``[N, 1, nt, n, n]`` (time, y, x), ``cond`` = snapshot 0 flattened.
-        The grid must equal the preset's (paper: 64^2 x 50 snapshots, t = 0..49)."""
+    def read_split_file(self, src: Path, split: str) -> FieldData:
+        """Read one of PCFM's HDF5 files (``u [nw, nf, s, s, nt]``, ``u[..., i, j, m] =
+        w(x_i, y_j, t_m)``, optional ``a [nw, s, s]``; :mod:`pcgbench.tasks._pcfm_files`):
+        rows IC-major, fields transposed to ``[N, 1, nt, n, n]`` (time, y, x), ``cond`` =
+        snapshot 0 flattened.  The grid must equal the preset's (paper: 64^2 x 50
+        snapshots, t = 0..49).  Checked: snapshot 0 equals ``a`` where the file has it,
+        and the evaluator on the first rows is not 2x smaller with x and y swapped."""
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params
-        src = pf.split_path(path, split, self.name)
         with pf.open_h5(src, self.name, ("u",)) as f:
             u = f["u"]
             pf.check_shape(u, (None, None, p.n, p.n, p.nt), "u", src, self.name, self.preset)
             x = pf.read_pairs(u, (2, 1, 0))  # (x, y, t) -> (t, y, x)
+            if "a" in f:
+                a = np.asarray(f["a"][...], dtype=np.float32)
+                first = x[::u.shape[1], 0, 0].transpose(-1, -2).numpy()  # (y, x) -> (x, y)
+                if a.shape != first.shape or not np.array_equal(a, first):
+                    raise PcgError(f"{self.name}: snapshot 0 of u in {str(src)!r} is not its "
+                                   f"'a' dataset {tuple(a.shape)}: axes permuted?")
+        head = x[:8].double()
+        as_read = float(self.residual(head).pow(2).mean())
+        swapped = float(self.residual(head.transpose(-1, -2)).pow(2).mean())
+        if swapped < 0.25 * as_read:
+            raise PcgError(f"{self.name}: the evaluator on {str(src)!r} is "
+                           f"{as_read / swapped:.3g}x "
+                           "smaller (mean square) with x and y swapped: the file's spatial axes "
+                           "are not PCFM's (u[..., i, j, m] = w(x_i, y_j, t_m))")
         return FieldData(x, x[:, 0, 0].reshape(len(x), -1).clone())
 
     def residual_with_phase(self, x: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:

@@ -79,6 +79,7 @@ from pcgbench.log import generating
 from pcgbench.registry import TASKS
 from pcgbench.solvers import fisher_kpp as fk
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -172,7 +173,7 @@ class InitialSliceChart(Chart):
 
 
 @TASKS.register("reaction_diffusion_ic")
-class ReactionDiffusionICTask(Task):
+class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
     """1-D Fisher-KPP with Neumann fluxes, IC task (constrained-PDE suite)."""
 
     Params = ReactionDiffusionParams
@@ -271,15 +272,16 @@ class ReactionDiffusionICTask(Task):
         bar.close()
         return FieldData(out, out[:, 0, 0, :].clone())
 
-    def load_external(self, path: Path, split: str) -> FieldData:
-        """Read ``split`` from PCFM's HDF5 files (``u [N_ic, N_bc, nx, nt]``, ``x`` cell
-        centres, ``t``, attributes ``rho``/``nu``; :mod:`pcgbench.tasks._pcfm_files`):
-        rows IC-major, fields ``[N, 1, nt, nx]``, ``cond`` = the initial row (as
-        :meth:`generate`).  Grid and physics must equal the preset's (paper: 128 x 100)."""
+    def read_split_file(self, src: Path, split: str) -> FieldData:
+        """Read one of PCFM's HDF5 files (``u [N_ic, N_bc, nx, nt]``, ``x`` cell centres,
+        ``t``, optional ``ic [N_ic, nx]``, attributes ``rho``/``nu``;
+        :mod:`pcgbench.tasks._pcfm_files`): rows IC-major, fields ``[N, 1, nt, nx]``,
+        ``cond`` = the initial row (as :meth:`generate`).  Grid and physics must equal
+        the preset's (paper: 128 x 100); where the file has ``ic``, the first time slice
+        of every row must equal its IC (catches a permuted x/t axis)."""
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params
-        src = pf.split_path(path, split, self.name)
         with pf.open_h5(src, self.name, ("u", "x", "t")) as f:
             u = f["u"]
             pf.check_shape(u, (None, None, p.nx, p.nt), "u", src, self.name, self.preset)
@@ -291,6 +293,12 @@ class ReactionDiffusionICTask(Task):
                     raise PcgError(f"{self.name}: {str(src)!r} has {key} = {float(got):g}, "
                                    f"the task uses {want:g}")
             x = pf.read_pairs(u, (1, 0))
+            if "ic" in f:
+                ic = np.asarray(f["ic"][...], dtype=np.float32)
+                first = x[::u.shape[1], 0, 0].numpy()
+                if ic.shape != first.shape or not np.array_equal(ic, first):
+                    raise PcgError(f"{self.name}: the first time slice of u in {str(src)!r} is "
+                                   f"not its 'ic' dataset {tuple(ic.shape)}: axes permuted?")
         return FieldData(x, x[:, 0, 0, :].clone())
 
     # -- evaluator and constraints -----------------------------------------------------------

@@ -239,14 +239,20 @@ def test_load_external(tmp_path):
     p, k = _write_csvs(tmp_path / "d", rows=8, m=8)
     val = task.load_external(tmp_path / "d", "val")
     assert val.x.shape == (2, 2, 8, 8) and val.cond is None
-    assert np.allclose(val.x[:, 0].numpy(), p[3:5].reshape(2, 8, 8).astype(np.float32))
+
+    def gauged(a):  # p is re-gauged to zero grid mean (the task's constraint)
+        return a - a.mean(axis=(-2, -1), keepdims=True)
+
+    assert np.allclose(val.x[:, 0].numpy(), gauged(p[3:5].reshape(2, 8, 8)), atol=1e-6)
     assert np.allclose(val.x[:, 1].numpy(), k[3:5].reshape(2, 8, 8).astype(np.float32))
+    assert "pressure_gauge" in task.data_notes
     test = task.load_external(tmp_path / "d", "test")
-    assert np.allclose(test.x[:, 0].numpy(), p[5:7].reshape(2, 8, 8).astype(np.float32))
+    assert np.allclose(test.x[:, 0].numpy(), gauged(p[5:7].reshape(2, 8, 8)), atol=1e-6)
     # a 15 x 15 file grid is sub-sampled by stride 2 onto 8 x 8
     p2, _ = _write_csvs(tmp_path / "fine", rows=3, m=15)
     train = task.load_external(tmp_path / "fine", "train")
-    assert np.allclose(train.x[:, 0].numpy(), p2.reshape(3, 15, 15)[:, ::2, ::2], atol=1e-6)
+    assert np.allclose(train.x[:, 0].numpy(), gauged(p2.reshape(3, 15, 15)[:, ::2, ::2]),
+                       atol=1e-6)
     # through Task.dataset with data_file
     t2 = DarcyTask("smoke", progress=False, params=task.params, data_file=tmp_path / "d")
     assert torch.equal(t2.dataset("val").x, val.x)
@@ -260,7 +266,7 @@ def test_load_external_errors(tmp_path):
     with pytest.raises(PcgError, match="rows of 49"):
         task.load_external(tmp_path / "bad", "train")
     _write_csvs(tmp_path / "short", rows=4, m=8)
-    with pytest.raises(PcgError, match="needs 2 rows"):
+    with pytest.raises(PcgError, match=r"has 4 rows; split 'val' needs rows \[3, 5\)"):
         task.load_external(tmp_path / "short", "val")
 
 

@@ -126,10 +126,11 @@ def test_variants_differ_only_in_missing_fraction(data_dir):
     assert list(fracs.values()) == [0.5, 0.9, 0.99]
 
 
-@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("layout", ["gen4turbulence", "frames_first", "channels_last"])
 def test_external_file_loader(tmp_path, fc, layout):
     frames = fc.frames().numpy()
-    arr = frames if layout == "channels_first" else np.moveaxis(frames, 1, -1)
+    arr = {"gen4turbulence": np.swapaxes(frames, 0, 1), "frames_first": frames,
+           "channels_last": np.moveaxis(frames, 1, -1)}[layout]
     path = tmp_path / "hit.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("data", data=arr)

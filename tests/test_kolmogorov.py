@@ -205,14 +205,26 @@ def test_stationarity_report(tmp_path):
     assert d["rel_drift"] == pytest.approx(1.0) and d["mean_energy"] == 2.0
 
 
+def _solenoidal(rng, shape):
+    """Random divergence-free (u, v) ``[*shape, 2, n, n]``: the curl of a random
+    streamfunction with the loader's spectral derivatives."""
+    from pcgbench.charts.streamfunction import spectral_wavenumbers
+
+    n = 16
+    kx, ky = (k.to(torch.float64) for k in spectral_wavenumbers((n, n)))
+    psi = torch.fft.rfft2(torch.from_numpy(rng.standard_normal((*shape, n, n))))
+    u, v = torch.fft.irfft2(1j * ky * psi, s=(n, n)), torch.fft.irfft2(-1j * kx * psi, s=(n, n))
+    return torch.stack([u, v], dim=-3).numpy().astype(np.float32)
+
+
 def test_load_external_pbfm_layout(tmp_path):
     rng = np.random.default_rng(0)
     re_tr, re_te = np.array([100.0, 300.0, 500.0]), np.array([200.0, 400.0])
     with h5py.File(tmp_path / "kolmogorov_train.h5", "w") as f:
-        f["fields"] = rng.standard_normal((3, 6, 2, 16, 16)).astype(np.float32)
+        f["fields"] = _solenoidal(rng, (3, 6))
         f["reynolds"] = re_tr
     with h5py.File(tmp_path / "kolmogorov_test.h5", "w") as f:
-        f["fields"] = rng.standard_normal((2, 5, 2, 16, 16)).astype(np.float32)
+        f["fields"] = _solenoidal(rng, (2, 5))
         f["reynolds"] = re_te
     p = dataclasses.replace(TINY, n=16, traj_train=1, snaps_train=4, snaps_val=1,
                             traj_test=1, snaps_test=5)

@@ -62,8 +62,16 @@ def assert_clean_error(rc: int, err: str, needle: str) -> None:
 def kol_file(path: Path, seed: int = 0, n_snap: int = 12, bad: tuple = (), re=None) -> Path:
     """A PBFM-layout Kolmogorov file ``fields [3, n_snap, 2, 16, 16]``, ``reynolds [3]``;
     ``bad`` = ((re_index, snapshot, value), ...) written into the fields."""
+    from pcgbench.charts.streamfunction import spectral_wavenumbers
+
     rng = np.random.default_rng(seed)
-    fields = rng.standard_normal((3, n_snap, 2, 16, 16)).astype("float32")
+    kx, ky = (k.to(torch.float64) for k in spectral_wavenumbers((16, 16)))
+    fields = np.zeros((3, n_snap, 2, 16, 16), dtype="float32")
+    if n_snap:
+        psi = torch.fft.rfft2(torch.from_numpy(rng.standard_normal((3, n_snap, 16, 16))))
+        fields = torch.stack([torch.fft.irfft2(1j * ky * psi, s=(16, 16)),  # divergence-free
+                              torch.fft.irfft2(-1j * kx * psi, s=(16, 16))], dim=2)
+        fields = fields.numpy().astype("float32")
     for i, j, v in bad:
         fields[i, j, 0, 0, 0] = v
     path.parent.mkdir(parents=True, exist_ok=True)
