@@ -146,8 +146,7 @@ def test_burgers_bc_order_is_read_from_the_data(tmp_path: Path, cache: Path) -> 
 
 def test_suite_val_file_with_the_test_conditions_is_used(tmp_path: Path, cache: Path) -> None:
     d = _pcfm_burgers_dir(tmp_path, "burgers_ic")
-    # a second sampling set with the same fixed ICs (same seed, other BC draws do not
-    # exist in PCFM; ours: the test file itself is refused as overlap, so use our val)
+    # a val file with the test set's fixed ICs: our own val split in PCFM's layout
     own = _task("burgers_ic", cache)
     test = h5py.File(d / "test.h5")
     with h5py.File(d / "val.h5", "w") as g:
