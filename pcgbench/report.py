@@ -27,7 +27,13 @@ from pcgbench.leaderboard import (
     reported_table,
     summary_frame,
 )
-from pcgbench.leaderboard.tables import LOADED_MARK, best_column, fmt_number, method_of
+from pcgbench.leaderboard.tables import (
+    LOADED_MARK,
+    best_column,
+    fmt_number,
+    method_of,
+    row_label,
+)
 from pcgbench.registry import TASKS
 
 _CSS = """
@@ -36,9 +42,12 @@ table{border-collapse:collapse;margin:1em 0;font-size:.9em}
 th,td{border-bottom:1px solid #ccc;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child{text-align:left}
 td.best{font-weight:bold;background:#eef6ee}
-figure{display:inline-block;margin:.5em;vertical-align:top}
-figcaption{font-size:.85em;color:#555;max-width:560px}
-img{max-width:560px}
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(540px,1fr));gap:.5em 1em;
+align-items:start}
+figure{margin:.5em 0}
+figure.wide{grid-column:1/-1}
+figcaption{font-size:.85em;color:#555}
+img{max-width:100%;height:auto}
 .note{color:#8a5a00}
 """
 
@@ -47,15 +56,16 @@ def _png(fig: Any) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _figure(draw: Callable[[], Any], caption: str) -> str:
-    """A <figure> with the PNG that ``draw()`` returns, or '' when there is nothing to
-    draw (``draw`` returns None); a figure that fails (a record or samples file whose
-    content does not fit) is left out with a warning, the rest of the report is kept."""
+def _figure(draw: Callable[[], Any], caption: str, wide: bool = False) -> str:
+    """A <figure> with the PNG that ``draw()`` returns (``wide``: the full width of the
+    page), or '' when there is nothing to draw (``draw`` returns None); a figure that
+    fails (a record or samples file whose content does not fit) is left out with a
+    warning, the rest of the report is kept."""
     import warnings
 
     try:
@@ -69,7 +79,8 @@ def _figure(draw: Callable[[], Any], caption: str) -> str:
         return f'<p class="note">figure left out ({html.escape(type(exc).__name__)})</p>'
     if fig is None:
         return ""
-    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
+    cls = ' class="wide"' if wide else ""
+    return (f'<figure{cls}><img alt="{html.escape(caption)}" src="data:image/png;base64,'
             f'{_png(fig)}"><figcaption>{html.escape(caption)}</figcaption></figure>')
 
 
@@ -84,10 +95,11 @@ def table_html(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
             s = fmt_number(mean.loc[row, m])
             if not math.isnan(std.loc[row, m]):
                 s += " ± " + fmt_number(std.loc[row, m])
-            s += LOADED_MARK if (row, m) in mean.attrs.get("loaded", ()) else ""
+            loaded = (row, m) in mean.attrs.get("loaded", ())
+            s += LOADED_MARK if loaded and not math.isnan(mean.loc[row, m]) else ""
             cls = ' class="best"' if m == best else ""
             cells.append(f"<td{cls}>{html.escape(s)}</td>")
-        rows.append(f"<tr><td>{html.escape(row)}</td>{''.join(cells)}</tr>")
+        rows.append(f"<tr><td>{html.escape(row_label(row))}</td>{''.join(cells)}</tr>")
     out = (f'<table class="leaderboard"><thead><tr><th>metric</th>{head}</tr></thead>'
            f"<tbody>{''.join(rows)}</tbody></table>")
     if reported is not None and not reported.empty:
@@ -136,17 +148,52 @@ def _samples(record: dict) -> dict[str, np.ndarray] | None:
     return out
 
 
-def _field_image(ax: Any, x: np.ndarray) -> None:
-    """Channel 0 of one field: an image (2-D, or the middle slice of 3-D) or a line."""
-    a = x[0]
-    while a.ndim > 2:
-        a = a[a.shape[0] // 2]
-    if a.ndim == 2:
-        ax.imshow(a, cmap="RdBu_r", aspect="auto")
+def axis_names(task: str, ndim: int) -> tuple[str, ...]:
+    """The names of a field's ``ndim`` axes: the task's ``field_axes`` (e.g. ``("t",
+    "x")``), else ``x, y, z`` (arrays indexed ``ij``)."""
+    cls = TASKS.lookup(task)
+    names = getattr(cls, "field_axes", None) if cls is not None else None
+    if names is not None and len(names) == ndim:
+        return tuple(names)
+    return ("x", "y", "z")[:ndim] if ndim <= 3 else tuple(f"axis {i}" for i in range(ndim))
+
+
+def plane(a: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, str, str]:
+    """(image, vertical axis name, horizontal axis name) of one field ``a [*spatial]``
+    with two or more axes: the plane of ``x`` and ``y`` when the field has both (else
+    ``x`` and the axis before it, else its last two axes), other axes at their middle
+    index; ``x`` runs horizontally (the image's last axis), the other axis upward
+    (``origin="lower"``)."""
+    idx = {n: i for i, n in enumerate(names)}
+    if "x" in idx and "y" in idx:
+        v, h = idx["y"], idx["x"]
+    elif "x" in idx:
+        h = idx["x"]
+        v = h - 1 if h > 0 else h + 1
     else:
-        ax.plot(a)
-    ax.set_xticks([])
-    ax.set_yticks([])
+        v, h = a.ndim - 2, a.ndim - 1
+    sl = tuple(slice(None) if i in (v, h) else a.shape[i] // 2 for i in range(a.ndim))
+    img = a[sl]
+    return (img if v < h else img.T), names[v], names[h]
+
+
+def _log_axis(ax: Any, which: str, values: list[float]) -> None:
+    """A log axis padded around ``values`` with readable tick labels: decades, plus 2 and
+    5 times them when the range spans less than two decades, every integer multiple
+    under one decade; no minor labels."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+
+    lo, hi = min(values), max(values)
+    pad = max(hi / lo, 1.0) ** 0.08 * 1.3
+    getattr(ax, f"set_{which}scale")("log")
+    getattr(ax, f"set_{which}lim")(lo / pad, hi * pad)
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    decades = math.log10(hi * pad / (lo / pad))
+    subs = (1.0,) if decades >= 2 else (1.0, 2.0, 5.0) if decades >= 0.7 else tuple(
+        float(s) for s in range(1, 10))
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _spectrum(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -193,22 +240,22 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
         pts = [p for p in pts if p[1] > 0 and p[2] > 0 and math.isfinite(p[1] * p[2])]
         if not pts:
             return None
-        fig, ax = plt.subplots(figsize=(5.5, 4))
-        for m, x, y, nfe in pts:
-            ax.scatter(x, y)
+        fig, ax = plt.subplots(figsize=(5.0, 3.6))
+        for i, (m, x, y, nfe) in enumerate(pts):  # names in a legend: none runs off
             label = m if math.isnan(nfe) else f"{m} (NFE {nfe:.0f})"
-            ax.annotate(label, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        # minor labels of a short log range are crowded: small and slanted
-        ax.tick_params(axis="both", which="both", labelsize=7)
-        ax.tick_params(axis="x", which="both", labelrotation=45)
-        ax.set_xlabel("time / sample [s]")
-        ax.set_ylabel(quality)
+            ax.scatter(x, y, s=45, marker="osD^vP*Xh<>"[i % 11], label=label, zorder=3)
+        _log_axis(ax, "x", [p[1] for p in pts])
+        _log_axis(ax, "y", [p[2] for p in pts])
+        ax.grid(True, which="major", alpha=0.3)
+        ax.tick_params(axis="both", which="both", labelsize=9)
+        ax.set_xlabel("time / sample [s] (log scale)", fontsize=10)
+        ax.set_ylabel(f"{quality} (log scale; lower is better)", fontsize=10)
+        ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False,
+                  ncol=2)
         return fig
 
     def loss_plot() -> Any:
-        fig, ax = plt.subplots(figsize=(5.5, 4))
+        fig, ax = plt.subplots(figsize=(5.0, 3.6))
         drawn = False
         for m in methods:
             curve = (by_method[m][0].get("training") or {}).get("loss_curve")
@@ -231,24 +278,48 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
     if reference is not None:  # one grid: every method's fields of the reference's shape
         saved = {m: s for m, s in saved.items() if s["samples"].shape[1:] == reference.shape[1:]}
 
+    spec = TASKS.get(task)(preset=preset, progress=False).spec if task in TASKS else None
+    channel = spec.channel_names[0] if spec is not None else "channel 0"
+    rows = {"reference": reference, **{m: s["samples"] for m, s in saved.items()}}
+
     def grid_plot() -> Any:
         if reference is None:
             return None
-        cols = min(3, len(reference), *(len(s["samples"]) for s in saved.values()))
-        names = ["reference", *saved]
-        fig, axes = plt.subplots(len(names), cols, figsize=(2.2 * cols, 1.9 * len(names)),
-                                 squeeze=False)
-        for i, name in enumerate(names):
-            arr = reference if name == "reference" else saved[name]["samples"]
+        cols = min(3, *(len(a) for a in rows.values()))
+        names = axis_names(task, reference.ndim - 2)
+        # one colour scale for every panel: the reference's range over the shown fields
+        shown = np.concatenate([reference[j, 0].ravel() for j in range(cols)])
+        lo, hi = float(np.nanmin(shown)), float(np.nanmax(shown))
+        fig, axes = plt.subplots(len(rows), cols, figsize=(2.6 * cols + 1.4, 2.1 * len(rows)),
+                                 squeeze=False, constrained_layout=True)
+        for i, (name, arr) in enumerate(rows.items()):
             for j in range(cols):
-                _field_image(axes[i][j], arr[j])
-            axes[i][0].set_ylabel(name, fontsize=7)
+                ax = axes[i][j]
+                field = np.nan_to_num(arr[j, 0], nan=0.0)
+                if field.ndim == 1:  # a 1-D field: a line on the shared value range
+                    ax.plot(field, lw=1)
+                    ax.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
+                    vname, hname = channel, names[0]
+                else:
+                    img, vname, hname = plane(field, names)
+                    im = ax.imshow(img, origin="lower", aspect="auto", cmap="RdBu_r",
+                                   vmin=lo, vmax=hi, interpolation="nearest")
+                ax.tick_params(labelsize=8)
+                if i == 0:
+                    ax.set_title(f"test condition {j + 1}", fontsize=9)
+                if i == len(rows) - 1:
+                    ax.set_xlabel(f"{hname} [grid index]", fontsize=9)
+                if j == 0:
+                    ax.set_ylabel(f"{name}\n{vname} [grid index]", fontsize=9)
+            if reference.ndim > 3:
+                fig.colorbar(im, ax=list(axes[i]), label=f"{channel} (one scale)",
+                             extend="both", shrink=0.9).ax.tick_params(labelsize=8)
         return fig
 
     def hist_plot() -> Any:
         if reference is None:
             return None
-        fig, ax = plt.subplots(figsize=(5.5, 4))
+        fig, ax = plt.subplots(figsize=(5.0, 3.6))
         lo, hi = np.percentile(reference[:, 0], [0.5, 99.5])
         bins = np.linspace(lo - 0.2 * (hi - lo), hi + 0.2 * (hi - lo), 60)
         ax.hist(reference[:, 0].ravel(), bins=bins, density=True, histtype="step", lw=2,
@@ -263,7 +334,7 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
     def spectrum_plot() -> Any:
         if reference is None or reference.ndim < 3:
             return None
-        fig, ax = plt.subplots(figsize=(5.5, 4))
+        fig, ax = plt.subplots(figsize=(5.0, 3.6))
         k, p = _spectrum(reference)
         ax.loglog(k, p, "k", lw=2, label="reference")
         for m, s in saved.items():
@@ -282,36 +353,101 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
 
         t = TASKS.get(task)(preset=preset, progress=False)
         maps = {}
-        for m, s in saved.items():
+        for m, arr in rows.items():  # the reference first: the evaluator's floor
             try:
+                s = saved.get(m, next(iter(saved.values())))
                 cond = None if "cond" not in s else torch.as_tensor(s["cond"][:1])
-                r = t.residual(torch.as_tensor(s["samples"][:1]), cond)
+                r = t.residual(torch.as_tensor(arr[:1]).double(), cond)
             except Exception:  # noqa: BLE001 - a task without a field residual: no panel
                 return None
-            a = r[0].abs().numpy()
-            while a.ndim > 2:
-                a = a[0]
+            a = np.log10(r[0].abs().numpy() + 1e-30)
+            while a.ndim > reference.ndim - 2:  # [components, *spatial]: their largest
+                a = a.max(0)
             maps[m] = a
-        if not maps or next(iter(maps.values())).ndim != 2:
+        first = next(iter(maps.values()))
+        if first.ndim < 2:
             return None
-        fig, axes = plt.subplots(1, len(maps), figsize=(2.4 * len(maps), 2.2), squeeze=False)
-        for ax, (m, a) in zip(axes[0], maps.items(), strict=True):
-            ax.imshow(np.log10(a + 1e-12), aspect="auto", cmap="magma")
-            ax.set_title(m, fontsize=7)
-            ax.set_xticks([])
-            ax.set_yticks([])
+        names = axis_names(task, first.ndim)
+        planes = {m: plane(a, names) for m, a in maps.items()}
+        hi = max(float(np.nanmax(p[0])) for p in planes.values())
+        lo = max(min(float(np.nanpercentile(p[0], 1)) for p in planes.values()), hi - 8)
+        fig, axes = plt.subplots(1, len(maps), figsize=(2.6 * len(maps) + 1.2, 2.6),
+                                 squeeze=False, constrained_layout=True)
+        for j, (ax, (m, (img, vname, hname))) in enumerate(
+                zip(axes[0], planes.items(), strict=True)):
+            im = ax.imshow(img, origin="lower", aspect="auto", cmap="magma", vmin=lo, vmax=hi,
+                           interpolation="nearest")
+            ax.set_title(m, fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.set_xlabel(f"{hname} [grid index]", fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{vname} [grid index]", fontsize=9)
+        fig.colorbar(im, ax=list(axes[0]), label="log10 |evaluator residual|", extend="both",
+                     shrink=0.9).ax.tick_params(labelsize=8)
+        return fig
+
+    def qr_plot() -> Any:
+        """Q-R joint PDFs of the velocity gradient (3-D velocity fields only)."""
+        if reference is None or reference.ndim != 5 or reference.shape[1] < 3:
+            return None
+        import torch
+
+        from pcgbench.metrics.velocity_gradient import Q_RANGE, R_RANGE, qr_histogram
+
+        bins = 40
+        dr, dq = (R_RANGE[1] - R_RANGE[0]) / bins, (Q_RANGE[1] - Q_RANGE[0]) / bins
+        pdfs = {}
+        for m, arr in rows.items():
+            u = torch.as_tensor(np.asarray(arr[:, :3], dtype=np.float64))
+            if not bool(torch.isfinite(u).all()):
+                continue
+            h = qr_histogram(u, bins).numpy()
+            with np.errstate(divide="ignore", invalid="ignore"):
+                logp = np.where(h > 0, np.log10(h / (dr * dq)), np.nan)
+            logp[[0, -1], :] = np.nan  # the edge bins also hold the clipped mass
+            logp[:, [0, -1]] = np.nan
+            pdfs[m] = logp
+        finite = [p for p in pdfs.values() if np.isfinite(p).any()]
+        if "reference" not in pdfs or not finite:
+            return None
+        hi = math.ceil(2 * max(float(np.nanmax(p)) for p in finite)) / 2
+        levels = np.linspace(hi - 4.0, hi, 9)  # four decades in half-decade steps
+        rc = R_RANGE[0] + dr * (np.arange(bins) + 0.5)
+        qc = Q_RANGE[0] + dq * (np.arange(bins) + 0.5)
+        rl = np.linspace(*R_RANGE, 401)
+        fig, axes = plt.subplots(1, len(pdfs), figsize=(2.9 * len(pdfs) + 1.2, 3.0),
+                                 squeeze=False, constrained_layout=True, sharey=True)
+        for j, (ax, (m, logp)) in enumerate(zip(axes[0], pdfs.items(), strict=True)):
+            cs = ax.contourf(rc, qc, np.clip(logp, levels[0], None).T, levels=levels,
+                             cmap="viridis", extend="min")
+            ax.plot(rl, -3.0 * np.cbrt(rl**2 / 4.0), "k--", lw=0.8)  # Vieillefosse line
+            ax.axhline(0, color="grey", lw=0.5)
+            ax.axvline(0, color="grey", lw=0.5)
+            ax.set_title(m, fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.set_xlabel("R* = R / <Q_W>^(3/2)", fontsize=9)
+            if j == 0:
+                ax.set_ylabel("Q* = Q / <Q_W>", fontsize=9)
+        fig.colorbar(cs, ax=list(axes[0]), label="log10 joint PDF",
+                     shrink=0.9).ax.tick_params(labelsize=8)
         return fig
 
     figs = [
         _figure(cost_plot, f"quality vs cost: {quality} against seconds per sample (log "
                            "axes), NFE in brackets"),
         _figure(loss_plot, "training-loss curves (each method's own objective)"),
-        _figure(grid_plot, "samples: the same first test conditions, reference vs methods"),
+        _figure(grid_plot, f"samples ({channel}): the same first test conditions, reference "
+                           "vs methods, one colour scale (the reference's range)", wide=True),
         _figure(hist_plot, "value histograms of the saved samples"),
         _figure(spectrum_plot, "energy spectra (radially averaged, channel 0)"),
-        _figure(residual_plot, "log10 |evaluator residual| of the first saved sample"),
+        _figure(residual_plot, "log10 |evaluator residual| of the first test condition: "
+                               "the real field (reference: the evaluator's floor) and each "
+                               "method's sample, one colour scale", wide=True),
+        _figure(qr_plot, "Q-R joint PDFs of the velocity gradient (each set normalized by "
+                         "its own <Q_W>, the qr_* metrics' statistic; dashed: the "
+                         "Vieillefosse line)", wide=True),
     ]
-    parts.append("".join(f for f in figs if f))
+    parts.append('<div class="figs">' + "".join(f for f in figs if f) + "</div>")
     return "\n".join(parts)
 
 

@@ -277,6 +277,9 @@ class Task(ABC):
     #: how fields are normalized for training (``NORMALIZERS``): "channel" (per-channel
     #: standardization) or "mean_mode" (the spatial mean scaled separately)
     normalizer_kind: ClassVar[str] = "channel"
+    #: names of the axes of ``field_shape[1:]`` (figures label them: ``("t", "x")`` for a
+    #: space-time field); None = ``("x", "y", "z")[:dims]`` (arrays indexed ``ij``)
+    field_axes: ClassVar[tuple[str, ...] | None] = None
     #: bump when a change alters what methods see or are scored by for the same
     #: parameters (a chart, a constraint, a metric): part of every checkpoint's and
     #: record's identity on this task, so stale fits are refitted and older records left

@@ -326,6 +326,7 @@ class BurgersSuiteTask(PcfmSuiteFiles, Task):
     ``cond_dim`` and :meth:`make_cond`, and declare their constraints and charts."""
 
     Params = BurgersSuiteParams
+    field_axes = ("t", "x")
     data_source = "our inviscid Godunov finite-volume solver (PCFM protocol)"
     paper_data = "PCFM Burgers data (101 x 101)"
     fixed: ClassVar[str] = "ic"

@@ -165,6 +165,7 @@ class BurgersTask(Task):
     """Viscous Burgers trajectories, nu = 1e-3 (PMosFM paper, Appendix "Burgers")."""
 
     Params = BurgersParams
+    field_axes = ("t", "x")
     paper_benchmark = "burgers"
     data_source = "our IF-RK4 pseudo-spectral solver (PDEBench-style initial conditions, nu = 1e-3)"
     paper_data = "PDEBench 1D_Burgers_Sols_Nu0.001 (1024 x 201)"

@@ -90,6 +90,7 @@ class DynamicStallTask(Task):
     alpha_a, k): a documented SURROGATE of PBFM's RANS data."""
 
     Params = DynamicStallParams
+    field_axes = ("t", "s")
     paper_benchmark = "dynamic_stall"
     data_source = ("a SURROGATE of PBFM's RANS data (panel method + Beddoes-Leishman + "
                    "Karman-Tsien + Thwaites; our code, not RANS; the two closures exact)")

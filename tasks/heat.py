@@ -120,6 +120,7 @@ class HeatTask(Task):
     """1-D periodic heat equation, exact separable solutions (constrained-PDE suite)."""
 
     Params = HeatParams
+    field_axes = ("t", "x")
     paper_benchmark = "heat"
     data_source = "the exact solution sin(x + phi) exp(-nu t) (PCFM protocol)"
     paper_data = "PCFM heat data (100 x 100)"

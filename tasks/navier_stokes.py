@@ -150,6 +150,7 @@ class NavierStokesTask(PcfmSuiteFiles, Task):
     """Forced 2-D Navier-Stokes vorticity trajectories from fixed initial vorticities."""
 
     Params = NavierStokesParams
+    field_axes = ("t", "y", "x")
     paper_benchmark = "navier_stokes"
     data_source = "our Crank-Nicolson pseudo-spectral vorticity solver (PCFM protocol)"
     paper_data = "PCFM Navier-Stokes data (64 x 64 x 50)"

@@ -177,6 +177,7 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
     """1-D Fisher-KPP with Neumann fluxes, IC task (constrained-PDE suite)."""
 
     Params = ReactionDiffusionParams
+    field_axes = ("t", "x")
     paper_benchmark = "reaction_diffusion_ic"
     data_source = "our Fisher-KPP split-step finite-volume solver (PCFM protocol)"
     paper_data = "PCFM reaction-diffusion data (128 x 100)"
