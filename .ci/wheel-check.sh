@@ -28,4 +28,7 @@ PCGBENCH_RESULTS="$tmp/results" PCGBENCH_DATA="$tmp/data" \
 PCGBENCH_RESULTS="$tmp/results" "$tmp/venv/bin/pcgbench" leaderboard --task burgers >/dev/null
 PCGBENCH_RESULTS="$tmp/results" "$tmp/venv/bin/pcgbench" audit --preset smoke >/dev/null  # claims.csv shipped
 "$tmp/venv/bin/pcgbench" protocol --task burgers >/dev/null
+# from the repository root the checkout shadows the installed wheel: it must still run
+(cd "$root" && PCGBENCH_RESULTS="$tmp/results" "$tmp/venv/bin/python" -m pcgbench list tasks \
+    >/dev/null)
 echo "wheel check ok"

@@ -160,7 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "parallelism)")
     p.add_argument("--slurm-partition", default=None)
     p.add_argument("--gpus-per-job", type=int, default=0)
-    p.add_argument("--cpus-per-job", type=int, default=1)
+    p.add_argument("--cpus-per-job", type=int, default=None, metavar="N",
+                   help="cores per job: its torch/OpenMP/BLAS threads (and SLURM's "
+                   "cpus_per_task); default: this machine's cores / --max-parallel for "
+                   "local jobs, 1 on SLURM")
+    p.add_argument("--device", default="auto",
+                   help="device of every run: auto (CUDA when present), cpu, cuda[:i]")
     p.add_argument("--timeout-min", type=int, default=240, help="per job")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="partial training checkpoints (a requeued job resumes)")
@@ -597,7 +602,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from pcgbench.presets import check_preset
     from pcgbench.storage import ensure_writable, results_dir
-    from pcgbench.sweep import ExecutorOptions, plan, sweep
+    from pcgbench.sweep import ExecutorOptions, default_cpus_per_job, plan, sweep
 
     check_preset(args.preset)
     if args.max_parallel < 1:
@@ -606,12 +611,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     methods = args.methods or METHODS.names()
     root = results_dir(args.results)
     t0 = time.perf_counter()
+    cpus = (default_cpus_per_job(args.executor, args.max_parallel)
+            if args.cpus_per_job is None else args.cpus_per_job)
+    if cpus < 1:
+        raise PcgError(f"--cpus-per-job must be >= 1, got {cpus}")
     p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,
-             args.plugin, args.checkpoint_every)
+             args.plugin, args.checkpoint_every, args.device)
     runs = len(p.stages["backbone"]) + len(p.stages["method"])
     print(f"sweep [{args.preset}] {len(tasks)} task(s) x {len(methods)} method(s) x "
           f"{len(args.seeds)} seed(s): {runs} run(s) to do, {len(p.existing)} recorded, "
-          f"{len(p.unsupported)} unsupported pair(s) skipped")
+          f"{len(p.unsupported)} unsupported pair(s) skipped; device {args.device}, "
+          f"{cpus} thread(s) per job, {args.max_parallel} in parallel")
     for line in p.unsupported:
         print(f"  unsupported: {line}")
     if args.dry_run:
@@ -624,7 +634,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          folder=Path(args.log_dir) if args.log_dir else root / "sweep_logs",
                          max_parallel=args.max_parallel, timeout_min=args.timeout_min,
                          slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job,
-                         cpus_per_job=args.cpus_per_job)
+                         cpus_per_job=cpus, threads_per_job=cpus)
     results = sweep(p, eo)
     wall = time.perf_counter() - t0
     by_status: dict[str, int] = {}
@@ -693,6 +703,13 @@ COMMANDS = {"run": cmd_run, "list": cmd_list, "leaderboard": cmd_leaderboard,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pcgbench.termination import handling
+
+    with handling():  # SIGTERM: a clean stop (a fit's partial checkpoint first), exit 143
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.quiet:
         os.environ["TQDM_DISABLE"] = "1"
@@ -702,6 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure(verbose=args.verbose, quiet=args.quiet)
     from pcgbench.storage import storage_error
+    from pcgbench.termination import EXIT_CODE, Terminated
 
     try:
         for module in args.plugin:
@@ -728,6 +746,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("pcgbench: interrupted (completed records are kept; rerun to resume)",
               file=sys.stderr)
         return 130
+    except Terminated:
+        print("pcgbench: stopped by SIGTERM (completed records and a fit's partial "
+              "checkpoint are kept; rerun to resume)", file=sys.stderr)
+        return EXIT_CODE
     return rc
 
 

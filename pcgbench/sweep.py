@@ -17,6 +17,7 @@ Jobs are plain ``pcgbench.runner.run`` calls, so fits are preemptible
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ def data_job(task: str, preset: str, data_dir: str | None, plugins: Sequence[str
     t = TASKS.get(task)(preset=preset, data_dir=Path(data_dir) if data_dir else None,
                         progress=False)
     sizes = {split: len(t.dataset(split).x) for split in ("train", "val", "test")}
-    return {"status": "ok", "detail": f"{sizes}", "seconds": time.perf_counter() - t0}
+    return {"status": "ok", "detail": f"{sizes}, {torch.get_num_threads()} thread(s)",
+            "seconds": time.perf_counter() - t0}
 
 
 def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
 
 def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], preset: str,
          results_dir: str | None, data_dir: str | None, plugins: Sequence[str] = (),
-         checkpoint_every: int | None = None) -> Plan:
+         checkpoint_every: int | None = None, device: str = "auto") -> Plan:
     """The jobs still to run, stage by stage (names checked with did-you-mean)."""
     for name in tasks:
         TASKS.get(name)
@@ -98,8 +100,8 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
 
     def options(task: str, method: str, seed: int) -> RunOptions:
         return RunOptions(task=task, method=method, seed=seed, preset=preset,
-                          results_dir=results_dir, data_dir=data_dir, progress=False,
-                          checkpoint_every=checkpoint_every)
+                          device=device, results_dir=results_dir, data_dir=data_dir,
+                          progress=False, checkpoint_every=checkpoint_every)
 
     for task_name in tasks:
         planned = len(stages["backbone"]) + len(stages["method"])
@@ -139,6 +141,75 @@ class ExecutorOptions:
     slurm_partition: str | None = None
     gpus_per_job: int = 0
     cpus_per_job: int = 1
+    #: torch/OpenMP/BLAS threads of each job (None: the libraries' defaults, every core)
+    threads_per_job: int | None = None
+
+
+def default_cpus_per_job(kind: str, max_parallel: int) -> int:
+    """The cores a job may use when ``--cpus-per-job`` is not given: this machine's
+    usable cores divided by the jobs in flight for local/debug jobs (so parallel jobs do
+    not oversubscribe the cores: each library would otherwise start a thread per core in
+    every job), 1 on SLURM (``cpus_per_task``)."""
+    if kind == "slurm":
+        return 1
+    return max(1, usable_cores() // max(1, max_parallel))
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a cgroup's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: the thread-count variables read by OpenMP, MKL, OpenBLAS, BLIS and numexpr at start-up
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def thread_environment(threads: int | None) -> Iterator[None]:
+    """The thread variables set to ``threads`` in this process's environment for the
+    block, so job processes started inside it (submitit copies the environment) start
+    their libraries with that many threads; restored after."""
+    if threads is None:
+        yield
+        return
+    old = {k: os.environ.get(k) for k in THREAD_VARIABLES}
+    os.environ.update({k: str(threads) for k in THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def in_job(threads: int | None, fn: Callable[..., dict[str, Any]], *args: Any
+           ) -> dict[str, Any]:
+    """A job's entry point: at most ``threads`` torch/BLAS threads (restored after, for the
+    in-process debug executor), SIGTERM as a clean stop (:mod:`pcgbench.termination`;
+    submitit's job wrapper otherwise ignores SIGTERM), then :func:`guarded`."""
+    from pcgbench import termination
+
+    previous = torch.get_num_threads()
+    limits = contextlib.nullcontext()
+    if threads is not None:
+        torch.set_num_threads(threads)
+        try:
+            from threadpoolctl import threadpool_limits
+
+            limits = threadpool_limits(limits=threads)
+        except ImportError:  # scikit-learn's dependency; without it: environment only
+            pass
+    try:
+        with termination.handling(), thread_environment(threads), limits:
+            return guarded(fn, *args)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def guarded(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
@@ -174,15 +245,18 @@ def make_executor(eo: ExecutorOptions) -> Any:
 
 def execute(jobs: list[Job], executor: Any, max_parallel: int,
             log: Callable[[str], None] = print, counter: list[int] | None = None,
-            total: int | None = None) -> list[dict[str, Any]]:
-    """Run ``jobs`` with at most ``max_parallel`` in flight; a line per finished job."""
+            total: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:
+    """Run ``jobs`` with at most ``max_parallel`` in flight, each with at most ``threads``
+    threads (:func:`in_job`); a line per finished job."""
     counter = counter if counter is not None else [0]
     total = total if total is not None else len(jobs)
     pending = list(jobs)
     running: list[tuple[Job, Any]] = []
     results: list[dict[str, Any]] = []
     try:
-        _drain(pending, running, results, executor, max_parallel, log, counter, total)
+        with thread_environment(threads):
+            _drain(pending, running, results, executor, max_parallel, log, counter, total,
+                   threads)
     except BaseException:  # SIGTERM (SweepStopped), Ctrl-C: no job runs on, orphaned
         cancel(running, log)
         raise
@@ -204,11 +278,11 @@ def cancel(running: list[tuple[Job, Any]], log: Callable[[str], None] = print) -
 
 def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dict[str, Any]],
            executor: Any, max_parallel: int, log: Callable[[str], None], counter: list[int],
-           total: int) -> None:
+           total: int, threads: int | None = None) -> None:
     while pending or running:
         while pending and len(running) < max_parallel:
             job = pending.pop(0)
-            running.append((job, executor.submit(guarded, job.fn, *job.args)))
+            running.append((job, executor.submit(in_job, threads, job.fn, *job.args)))
         done = [(j, f) for j, f in running if f.done()]
         if not done:
             time.sleep(0.2)
@@ -266,6 +340,7 @@ def sweep(p: Plan, eo: ExecutorOptions, log: Callable[[str], None] = print
             if jobs:
                 log(f"-- stage {stage}: {len(jobs)} job(s)")
                 t0 = time.perf_counter()
-                results += execute(jobs, executor, eo.max_parallel, log, counter, p.n_jobs)
+                results += execute(jobs, executor, eo.max_parallel, log, counter, p.n_jobs,
+                                   eo.threads_per_job)
                 log(f"-- stage {stage} done in {time.perf_counter() - t0:.1f} s")
     return results

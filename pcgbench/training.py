@@ -19,6 +19,7 @@ from pcgbench.checkpoints import CheckpointError, load_checkpoint, save_checkpoi
 from pcgbench.errors import TrainingDiverged
 from pcgbench.log import logger
 from pcgbench.method import FitStats
+from pcgbench.termination import until_terminated
 from pcgbench.timing import synchronize
 
 _RESUME_KEYS = {"params", "opt", "generators", "modules", "values", "rng"}
@@ -190,7 +191,9 @@ def train_loop(
                     resume.path if resume else "")
     bar = tqdm(range(start, iterations), desc=desc, disable=not progress, leave=True,
                dynamic_ncols=True, initial=start, total=iterations)
-    for step in bar:
+    # SIGTERM: this update finishes, a partial checkpoint is written, then Terminated
+    stop = None if resume is None else (lambda k: resume.save(k, params, opt, stats))
+    for step in until_terminated(bar, stop):
         synchronize(device)
         t0 = time.perf_counter()
         for group in opt.param_groups:

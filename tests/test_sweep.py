@@ -73,3 +73,69 @@ def test_bad_sweep_input_is_one_line(dirs, capsys, argv, msg):
     assert main([*base, *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and len(err.splitlines()) == 1
+
+
+def _threads_seen() -> dict:
+    import os
+
+    import torch
+
+    return {"status": "ok", "seconds": 0.0,
+            "detail": f"{torch.get_num_threads()} {os.environ.get('OMP_NUM_THREADS')}"}
+
+
+def test_a_job_runs_with_its_thread_limit_and_restores_it(tmp_path):
+    import torch
+
+    from pcgbench.sweep import in_job
+
+    before = torch.get_num_threads()
+    assert in_job(1, _threads_seen)["detail"] == "1 1"
+    assert torch.get_num_threads() == before
+
+
+def test_cpus_per_job_defaults_to_the_cores_shared_by_the_jobs_in_flight():
+    from pcgbench.sweep import default_cpus_per_job, usable_cores
+
+    assert default_cpus_per_job("local", 1) == usable_cores()
+    assert default_cpus_per_job("local", 10**6) == 1
+    assert default_cpus_per_job("slurm", 2) == 1
+
+
+def test_sweep_device_reaches_every_run(dirs):
+    p = plan(["burgers"], ["fm_ot"], [0], "smoke", None, None, device="cpu")
+    (job,) = p.stages["method"]
+    assert job.args[0].device == "cpu"
+
+
+@pytest.mark.parametrize("argv,msg", [(["--cpus-per-job", "0"], "cpus-per-job"),
+                                      (["--device", "cuda:99"], "device")])
+def test_bad_cpus_or_device_is_one_line(dirs, capsys, argv, msg):
+    base = ["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke",
+            "--dry-run"]
+    assert main([*base, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+#: eight tasks whose smoke data take 1.5-5 s each alone on one thread (2-core machine)
+PARALLEL_TASKS = ["burgers", "burgers_bc", "darcy", "heat", "dynamic_stall", "navier_stokes",
+                  "kolmogorov", "reaction_diffusion_ic"]
+
+
+def test_eight_data_jobs_in_parallel_finish_in_bounded_time(dirs):
+    """The data stage with 8 local jobs in flight, one thread each (--cpus-per-job on a
+    small machine): bounded (each job alone takes seconds; with a thread per core in
+    every job they oversubscribed the cores and the stage did not finish)."""
+    import time
+
+    p = plan(PARALLEL_TASKS, ["fm_ot"], [0], "smoke", None, None)
+    assert len(p.stages["data"]) == 8
+    ex = make_executor(ExecutorOptions(kind="local", folder=dirs / "logs", max_parallel=8,
+                                       timeout_min=5))
+    t0 = time.perf_counter()
+    out = execute(p.stages["data"], ex, 8, log=lambda line: None, threads=1)
+    wall = time.perf_counter() - t0
+    assert [r["status"] for r in out] == ["ok"] * 8, out
+    assert all(r["detail"].endswith(", 1 thread(s)") for r in out)
+    assert wall < 240, wall
