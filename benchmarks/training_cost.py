@@ -7,6 +7,11 @@ shared preset backbone:
 
     python benchmarks/training_cost.py --task burgers --preset cpu --csv training_cost.csv
 
+A method may carry config overrides, ``NAME:key=value[,key=value]``, measured as its own
+column (and ratio table) in the same process, e.g. PMosFM's Darcy training through the
+exact decoder with its implicit gradient (the default) against the unrolled CG chart:
+``--methods pbfm pmosfm pmosfm:train_decode=chart fm_ot pidm``.
+
 What is measured, per configuration: a fresh method (seeded) runs ``fit`` for
 ``warmup + updates`` optimizer updates on the task's train split; the seconds of every
 update come from the method's own timed loop (``FitStats.update_seconds``: device-
@@ -62,7 +67,7 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment
-from pcgbench.config import apply_overrides
+from pcgbench.config import apply_overrides, parse_assignments
 from pcgbench.method import RunContext
 from pcgbench.methods.fm_ot import PRESET_BUDGET
 from pcgbench.registry import METHODS, TASKS
@@ -131,10 +136,12 @@ def configurations(methods: list[str]) -> list[tuple[str, str, dict]]:
     for name in methods:
         if name == "pbfm":
             out += [(f"PBFM-{n}", "pbfm", {"unroll": n}) for n in PBFM_DEPTHS]
-        else:
+        else:  # NAME or NAME:key=value[,key=value] (a config variant, own column)
+            base, _, spec = name.partition(":")
             label = {"pmosfm": "PMosFM", "fm_ot": "FM-OT", "pidm": "PIDM",
-                     "pcft": "PCFT"}.get(name, name)
-            out.append((label, name, {}))
+                     "pcft": "PCFT"}.get(base, base)
+            over = parse_assignments([kv for kv in spec.split(",") if kv])
+            out.append((f"{label}[{spec}]" if spec else label, base, over))
     return out
 
 
@@ -207,11 +214,13 @@ def print_table(rows: list[Row], tasks: list[str], device_desc: str, args) -> No
           f"({rows[0].memory_kind}); preset {args.preset}, batch "
           f"{args.batch_size or PRESET_BUDGET[args.preset][1]}, {device_desc}")
     print(tabulate(body, headers=["Benchmark", "", *cols], tablefmt="github"))
-    if pbfm and "PMosFM" in others:
+    for ref_label in [lb for lb in others if lb == "PMosFM" or lb.startswith("PMosFM[")]:
+        if not pbfm:
+            break
         ratio = []
         for t in tasks:
             by = {r.config: r for r in rows if r.task == t}
-            ref = by["PMosFM"]
+            ref = by[ref_label]
             names = [*pbfm, "Sum"]
             s = [by[lb].update_s for lb in pbfm]
             m = [by[lb].peak_mb for lb in pbfm]
@@ -219,7 +228,7 @@ def print_table(rows: list[Row], tasks: list[str], device_desc: str, args) -> No
             m.append(sum(m))
             ratio.append([t, "time"] + [f"{v / ref.update_s:.2f}x" for v in s])
             ratio.append(["", "memory"] + [f"{v / max(ref.peak_mb, 1e-9):.2f}x" for v in m])
-        print("\nratio PBFM-n / PMosFM")
+        print(f"\nratio PBFM-n / {ref_label}")
         print(tabulate(ratio, headers=["Benchmark", "", *names], tablefmt="github"))
 
 
@@ -287,8 +296,8 @@ def main() -> None:
         if args.record:
             load["end"] = machine_load()
             names = {lb: name for lb, name, _ in configurations(args.methods)}
-            cols = {lb: (f"pbfm[unroll={lb[5:]}]" if lb.startswith("PBFM-") else names[lb])
-                    for lb in per_round}
+            cols = {lb: (f"pbfm[unroll={lb[5:]}]" if lb.startswith("PBFM-") else names[lb]
+                         + (lb[lb.index("["):] if "[" in lb else "")) for lb in per_round}
             settings = {"batch_size": args.batch_size or PRESET_BUDGET[args.preset][1],
                         "updates": args.updates, "warmup": args.warmup,
                         "rounds": args.rounds, "seed": args.seed,

@@ -144,6 +144,14 @@ class PMosFMConfig(MethodConfig):
     # where its decoder is an iterative solver with a faster direct solve (Darcy: banded
     # Cholesky instead of 128 CG iterations, 2.4e-5 apart)
     sample_decode: Literal["exact", "chart"] = "chart"
+    # decoder in training: "exact" (the default) = the chart's exact limit with its
+    # implicit (adjoint) gradient where the decoder is an iterative solver (Darcy: one
+    # direct solve forward, one with the same factors backward, instead of back-
+    # propagating through K CG iterations; values 2.4e-5 apart, gradients equal to round-
+    # off at convergence; paper App. solver decoder: D_y z = -(D_z F)^-1 D_y F); "chart" =
+    # differentiate through the chart's own decoder (K iterations unrolled).  Other charts:
+    # the same decoder either way
+    train_decode: Literal["exact", "chart"] = "exact"
     # the training loss of the two-time map (pcgbench.methods.onestep.OBJECTIVES):
     # "native" = Eq. pmosfm-loss above; meanflow | imf | shortcut | soflow | drifting |
     # wflow swap in a published one-step objective on the same chart, C_c, P_s, backbone
@@ -275,7 +283,8 @@ class PMosFM(Method):
                  ) -> torch.Tensor:
         """Psi_c(r) = chi_c(mu_c + C_c^-1 sigma r) (Eq. preconditioned-coordinate; sigma
         = ``r_scale``, a scalar folded into C_c, or the per-mode "spectral" scale);
-        ``exact``: the chart's :meth:`~Chart.decode_exact` (sampling, no gradient)."""
+        ``exact``: the chart's :meth:`~Chart.decode_exact` (its direct limit, with the
+        implicit gradient)."""
         if self._src_symbol is not None:
             r = _fourier_scale(r, self._src_symbol, inverse=False)
         y = self.geometry.to_y(r * self.r_scale)

@@ -118,7 +118,8 @@ class NativeObjective(OneStepObjective):
         k = int(keep.sum())
         ck = None if c is None else c[keep]
         both = m_.decode_r(torch.cat([a[keep], bb[keep]]),
-                           None if ck is None else torch.cat([ck, ck]))
+                           None if ck is None else torch.cat([ck, ck]),
+                           exact=cfg.train_decode == "exact")
         xa, xb = both[:k], both[k:].detach()
         wts = m_.chart.metric_w
         sq = ((xa - xb).pow(2) * wts).flatten(1).sum(1)

@@ -112,9 +112,10 @@ class Chart(nn.Module, ABC):
         """chi_c(y): [B, *coord_shape] -> [B, *field_shape]."""
 
     def decode_exact(self, y: Tensor, cond: Cond = None) -> Tensor:
-        """chi_c(y) for sampling, without gradients: the decoder's exact limit where it
-        is an iterative solver that a direct solve does faster (e.g. the Darcy chart's
-        K-iteration CG -> a banded Cholesky), else :meth:`decode` itself."""
+        """chi_c(y): the decoder's exact limit where it is an iterative solver that a
+        direct solve does faster (e.g. the Darcy chart's K-iteration CG -> a banded
+        Cholesky), else :meth:`decode` itself.  Differentiable (a chart that overrides it
+        provides the implicit gradient), so training may use it too."""
         return self.decode(y, cond)
 
     @abstractmethod
