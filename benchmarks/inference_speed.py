@@ -8,8 +8,10 @@ phase breakdown and the ratio of every method to the first one.
 
     python benchmarks/inference_speed.py --task burgers --preset cpu --batch-size 64
 
-A method may carry config overrides, ``NAME:key=value[,key=value]``, to compare variants
-of one sampler side by side, e.g. the dense and the coloured Jacobian of PCFM on Darcy:
+A method may carry config overrides, ``NAME:key=value[,key=value]`` (values parsed as
+``--set`` parses them: ``fm_ot:steps=10``, ``pmosfm:delta_range=[0.01, 0.1]``), to compare
+variants of one sampler side by side, e.g. the dense and the coloured Jacobian of PCFM on
+Darcy:
 
     python benchmarks/inference_speed.py --task darcy --batch-size 16 --repeats 3 \
         --methods pcfm:jacobian=dense pcfm:jacobian=auto
@@ -30,6 +32,7 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment
+from pcgbench.config import parse_assignments, split_assignments
 from pcgbench.runner import RunOptions, _fit_or_load, _paths, build_method, build_task, run_key
 from pcgbench.storage import results_dir
 from pcgbench.timing import synchronize
@@ -56,7 +59,7 @@ def main() -> None:
     loaded = {}
     for name in args.methods:
         method_name, _, spec = name.partition(":")
-        overrides = dict(kv.split("=", 1) for kv in spec.split(",") if kv)
+        overrides = parse_assignments(split_assignments(spec))  # typed, as --set
         opts = RunOptions(task=args.task, method=method_name, seed=args.seed,
                           preset=args.preset, device=str(device), results_dir=args.results,
                           progress=True, overrides=overrides)

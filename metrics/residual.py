@@ -19,7 +19,7 @@ def residual_error(samples: torch.Tensor, task: Any, cond: torch.Tensor | None =
     mask = finite_mask(samples)
     if not bool(mask.any()):
         return float("nan")
-    x = samples[mask].detach().to(torch.float64)
+    x = (samples if bool(mask.all()) else samples[mask]).detach().to(torch.float64)
     if cond is not None:
         if cond.shape[0] == samples.shape[0]:
             cond = cond[mask]

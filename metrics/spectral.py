@@ -30,10 +30,19 @@ def radial_energy_spectrum(x: torch.Tensor) -> torch.Tensor:
     spatial = tuple(x.shape[2:])
     dims = tuple(range(2, x.ndim))
     m = math.prod(spatial)
-    power = (torch.fft.fftn(x, dim=dims).abs() ** 2).sum(dim=(0, 1)) / (2 * m * m)
-    grids = torch.meshgrid(
-        *[torch.fft.fftfreq(n, dtype=torch.float64) * n for n in spatial], indexing="ij"
-    )
+    # the real input's half spectrum (rfftn): q and -q have the same |F|^2 and the same
+    # shell, so a mode of the last axis strictly between 0 and its Nyquist mode counts
+    # twice (the full fftn's sum, at half the transform)
+    fh = torch.fft.rfftn(x, dim=dims)
+    power = (fh.real**2 + fh.imag**2).sum(dim=(0, 1)) / (2 * m * m)
+    freqs = [torch.fft.fftfreq(n, dtype=torch.float64) * n for n in spatial[:-1]]
+    freqs.append(torch.fft.rfftfreq(spatial[-1], dtype=torch.float64) * spatial[-1])
+    twice = torch.full((len(freqs[-1]),), 2.0, dtype=torch.float64)
+    twice[0] = 1.0
+    if spatial[-1] % 2 == 0:
+        twice[-1] = 1.0
+    power = power * twice
+    grids = torch.meshgrid(*freqs, indexing="ij")
     shell = torch.stack(grids).pow(2).sum(0).sqrt().round().long()
     kmax = min(spatial) // 2
     keep = shell <= kmax

@@ -35,6 +35,28 @@ def parse_assignments(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def split_assignments(text: str) -> list[str]:
+    """``"a=1,b=[2, 3],c='x,y'"`` -> ``["a=1", "b=[2, 3]", "c='x,y'"]``: comma-separated
+    ``key=value`` items, commas inside brackets or quotes kept (for
+    ``METHOD:key=value,key=value`` specs; each item then goes to
+    :func:`parse_assignments`)."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [item.strip() for item in items if item.strip()]
+
+
 def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
     """Return a copy of a (nested) frozen dataclass with dotted-key overrides applied."""
     for key, value in overrides.items():

@@ -413,11 +413,23 @@ def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
     blow-up fractions); a metric that raises or returns anything but an in-range number
     is a one-line :class:`PcgError` naming it."""
     from pcgbench.metrics import blowup_fraction, nonfinite_fraction
+    from pcgbench.metrics.distribution import sharing
 
     ctx = MetricContext(task=task, cond=cond, reference_cond=reference_cond)
     out: dict[str, float | None] = {}
-    # the same two tensor objects for every metric, so ctx.cache can share work
+    # the same two tensor objects for every metric, so ctx.cache and the metrics' shared
+    # helpers (finite rows, float64 copies) share work
     x, ref = samples.detach().cpu(), reference.detach().cpu()
+    with sharing():
+        _evaluate_metrics(task, x, ref, ctx, out)
+    out["nonfinite_fraction"] = nonfinite_fraction(x)
+    out["blowup_fraction"] = blowup_fraction(x, ref)
+    return out
+
+
+def _evaluate_metrics(task: Task, x: torch.Tensor, ref: torch.Tensor, ctx: MetricContext,
+                      out: dict[str, float | None]) -> None:
+    """Every metric of ``task`` into ``out`` (see :func:`evaluate`)."""
     for name in task.metrics:
         metric = METRICS.get(name)()
         try:
@@ -430,9 +442,6 @@ def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
             raise PcgError(f"metric {name!r} failed: {type(exc).__name__}: "
                            f"{text.splitlines()[0] if text else ''}") from exc
         out[name] = metric_value(name, value)
-    out["nonfinite_fraction"] = nonfinite_fraction(x)
-    out["blowup_fraction"] = blowup_fraction(x, ref)
-    return out
 
 
 def _json_safe(x: Any) -> Any:
