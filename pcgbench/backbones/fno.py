@@ -59,7 +59,8 @@ class Pointwise(nn.Linear):
 class SpectralConv(nn.Module):
     """Multiplies the lowest ``modes`` Fourier modes of each channel by learned complex weights.
 
-    Uses rfftn over the last d dims; the 2^(d-1) low-frequency corner blocks (sign
+    Uses rfftn over the last d dims (separably, on the kept columns of the last axis
+    only); the 2^(d-1) low-frequency corner blocks (sign
     combinations of the first d-1 axes) each get their own weights, stored as a real tensor
     [2^(d-1), in, out, *modes, 2].  Inputs at other resolutions use the modes that fit.
     """
@@ -76,12 +77,21 @@ class SpectralConv(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         d = len(self.modes)
         n = tuple(x.shape[-d:])
-        dims = tuple(range(-d, 0))
+        axes = tuple(range(-d, -1))  # the full-FFT axes
         xin = x if x.dtype in (torch.float32, torch.float64) else x.float()
-        xf = torch.fft.rfftn(xin, dim=dims)
         w = torch.view_as_complex(self.weight)
         m = [min(mi, c) for mi, c in zip(self.modes, mode_caps(n), strict=True)]
-        out = xf.new_zeros(x.shape[0], self.out_channels, *n[:-1], n[-1] // 2 + 1)
+        if min(m) == 0:  # no mode fits: the inverse transform of an all-zero spectrum
+            return x.new_zeros(x.shape[0], self.out_channels, *n)
+        # Only the lowest m[-1] modes of the last (rfft) axis are read or written, so the
+        # transforms along the other axes run on those columns only (rfftn and irfftn
+        # are separable: the same spectrum and the same output as transforming every
+        # column, at a fraction of the work: 12 of 65 columns on a 51 x 128 field).
+        cols = m[-1]
+        xf = torch.fft.rfft(xin, dim=-1)[..., :cols]
+        if axes:
+            xf = torch.fft.fftn(xf, dim=axes)
+        out = xf.new_zeros(x.shape[0], self.out_channels, *n[:-1], cols)
         if min(m) > 0:
             for k, signs in enumerate(itertools.product((1, -1), repeat=d - 1)):
                 xs: list[slice] = []
@@ -94,7 +104,11 @@ class SpectralConv(nn.Module):
                 ws.append(slice(0, m[-1]))
                 block = xf[(..., *xs)]
                 out[(..., *xs)] = torch.einsum("bi...,io...->bo...", block, w[(k, ..., *ws)])
-        return torch.fft.irfftn(hermitian_half(out, n), s=n, dim=dims).to(x.dtype)
+        out = hermitian_half(out, n)  # the narrowed spectrum holds column 0 (and Nyquist)
+        if axes:
+            out = torch.fft.ifftn(out, dim=axes)
+        out = F.pad(out, (0, n[-1] // 2 + 1 - cols))  # the zero high columns
+        return torch.fft.irfft(out, n=n[-1], dim=-1).to(x.dtype)
 
 
 class FNO(nn.Module):
