@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import torch
 
 from pcgbench.backbones import BackboneConfig, conditioned_backbone
+from pcgbench.capture import GraphedModule
 from pcgbench.charts.base import Chart, gauss_newton_encode
 from pcgbench.config import UNIT, Bounds
 from pcgbench.errors import PcgError
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PMosFMConfig(MethodConfig):
-    sampling_only: ClassVar[frozenset[str]] = frozenset({"sample_decode"})
+    sampling_only: ClassVar[frozenset[str]] = frozenset({"sample_decode", "sample_capture"})
     #: meaningful values beyond the naming conventions (shares in [0, 1], weights >= 0)
     bounds: ClassVar[dict[str, Bounds]] = {"gamma": UNIT,
                                            "delta_range": Bounds(0.0, 1.0, ordered=True)}
@@ -152,6 +153,10 @@ class PMosFMConfig(MethodConfig):
     # differentiate through the chart's own decoder (K iterations unrolled).  Other charts:
     # the same decoder either way
     train_decode: Literal["exact", "chart"] = "exact"
+    # the one-step network call at sampling: "auto" (the default) = captured into a CUDA
+    # graph per batch shape and replayed on a GPU (the call is launch-bound there; eager
+    # on CPU and wherever capture fails: pcgbench.capture), "off" = always eager
+    sample_capture: Literal["auto", "off"] = "auto"
     # the training loss of the two-time map (pcgbench.methods.onestep.OBJECTIVES):
     # "native" = Eq. pmosfm-loss above; meanflow | imf | shortcut | soflow | drifting |
     # wflow swap in a published one-step objective on the same chart, C_c, P_s, backbone
@@ -207,6 +212,9 @@ class PMosFM(Method):
                                         spatial_shape=tuple(spatial), n_times=2
                                         ).to(self.device)
         self.u = self.counted(self.net)
+        # the sampler's one network call, CUDA-graph captured on a GPU (counted alike)
+        self._graphed = GraphedModule(self.net, enabled=config.sample_capture == "auto")
+        self.u_one_step = self.counted(self._graphed)
         self.ema: WeightEMA | None = None  # the moving average while a fit runs
         self.geometry: Geometry = IdentityGeometry()
         mode = config.whitening
@@ -464,7 +472,11 @@ class PMosFM(Method):
         with timer.phase("precondition"):
             z = self.whitening.apply(r0, s, cond=self._whiten_cond(cond))
         with timer.phase("network"):
-            r1 = r0 + self.u(z, torch.stack([s, torch.ones_like(s)], 1), cond)
+            r1 = r0 + self.u_one_step(z, torch.stack([s, torch.ones_like(s)], 1), cond)
+        if self.device.type == "cuda":
+            self.info["sample_capture"] = (f"eager ({self._graphed.failed})"
+                                           if self._graphed.failed else "cuda_graph"
+                                           if self._graphed.captures() else "eager")
         with timer.phase("decode"):
             x = self.decode_r(r1, cond, exact=self.config.sample_decode == "exact")
         self.sample_breakdown = dict(timer.seconds)
