@@ -21,7 +21,11 @@ reported value is the median after the ``warmup`` updates.  PBFM runs with a fix
 
 Peak memory, over the whole ``fit`` call (so PMosFM's one-off calibration -- encoding the
 training set and fitting the preconditioners -- is inside the window; every method also
-holds its normalized copy of the training set):
+holds its normalized copy of the training set); the ``upd`` row is the peak during the
+optimizer updates alone (from the creation of the optimizer, :class:`UpdateWindow`) above
+what was allocated then, plus the trained weights -- the training set and calibration
+results resident before the first update are excluded, weights, gradients, optimizer state
+and activations are in:
 - CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (absolute, as
   in the paper; models of earlier configurations are freed first);
 - CPU: the peak resident-set-size *delta* of this process: a background thread samples
@@ -85,6 +89,7 @@ class Row:
     peak_mb: float
     memory_kind: str
     update_seconds: list[float] = field(default_factory=list)  # every timed update
+    update_mb: float = float("nan")  # the update window's peak (module docstring)
 
 
 def _rss_bytes() -> int:
@@ -111,13 +116,24 @@ class RssPeak:
 
     def __enter__(self) -> RssPeak:
         self.start = self.peak = _rss_bytes()
+        self.window_start = self.window_peak = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
 
+    def mark(self) -> None:
+        """The update window starts now (its peak is tracked from here); memory freed
+        before it (calibration's temporaries) is returned to the system first, so that
+        the updates cannot reuse it unseen."""
+        _trim()
+        self.window_start = self.window_peak = _rss_bytes()
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, _rss_bytes())
+            rss = _rss_bytes()
+            self.peak = max(self.peak, rss)
+            if self.window_peak is not None:
+                self.window_peak = max(self.window_peak, rss)
             time.sleep(self.interval)
 
     def __exit__(self, *exc) -> None:
@@ -125,10 +141,42 @@ class RssPeak:
         if self._thread is not None:
             self._thread.join()
         self.peak = max(self.peak, _rss_bytes())
+        if self.window_peak is not None:
+            self.window_peak = max(self.window_peak, _rss_bytes())
 
     @property
     def delta_mb(self) -> float:
         return (self.peak - self.start) / 2**20
+
+
+class UpdateWindow:
+    """Marks the start of a fit's optimizer updates: the first ``torch.optim.Optimizer``
+    constructed inside the block (after calibration and the resident training set, before
+    the first update) calls ``on_start`` (``torch.optim`` is patched for the block)."""
+
+    def __init__(self, on_start):
+        self.on_start, self.started = on_start, False
+
+    def __enter__(self) -> UpdateWindow:
+        self._orig = torch.optim.Optimizer.__init__
+        window = self
+
+        def init(opt, *a, **kw):
+            if not window.started:
+                window.started = True
+                window.on_start()
+            window._orig(opt, *a, **kw)
+
+        torch.optim.Optimizer.__init__ = init
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.optim.Optimizer.__init__ = self._orig
+
+
+def _param_mb(method) -> float:
+    return sum(p.numel() * p.element_size() for m in method.modules()
+               for p in m.parameters() if p.requires_grad) / 2**20
 
 
 def configurations(methods: list[str]) -> list[tuple[str, str, dict]]:
@@ -169,19 +217,35 @@ def measure(task, label: str, method_name: str, overrides: dict, args, device) -
     prepare(method, device)
     train = task.dataset("train")
     _trim()
+    weights = _param_mb(method)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         reset_peak_memory(device)
         synchronize(device)
-        stats = method.fit(train, progress=not args.quiet)
+        base = {}
+        whole: list[float] = []
+
+        def start() -> None:  # the whole-fit peak so far, then a fresh peak for the updates
+            synchronize(device)
+            whole.append(torch.cuda.max_memory_allocated(device))
+            base["alloc"] = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+
+        with UpdateWindow(start):
+            stats = method.fit(train, progress=not args.quiet)
         synchronize(device)
-        peak, kind = torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+        upd = torch.cuda.max_memory_allocated(device)
+        peak = max([upd, *whole]) / 2**20
+        update_mb = (upd - base.get("alloc", 0)) / 2**20 + weights
+        kind = "cuda_max_allocated"
     else:
-        with RssPeak(args.rss_interval) as mem:
+        with RssPeak(args.rss_interval) as mem, UpdateWindow(lambda: mem.mark()):
             stats = method.fit(train, progress=not args.quiet)
         peak, kind = mem.delta_mb, "cpu_peak_rss_delta"
+        update_mb = (float("nan") if mem.window_start is None else
+                     (mem.window_peak - mem.window_start) / 2**20 + weights)
     secs = stats.update_seconds[warmup:] or stats.update_seconds
-    row = Row(task.name, label, statistics.median(secs), peak, kind, list(secs))
+    row = Row(task.name, label, statistics.median(secs), peak, kind, list(secs), update_mb)
     del method, stats
     _trim()
     return row
@@ -206,7 +270,11 @@ def print_table(rows: list[Row], tasks: list[str], device_desc: str, args) -> No
             m_row.append(f"{sum(by[lb].peak_mb for lb in pbfm) * scale:.4g}")
         s_row += [f"{by[lb].update_s:.4g}" for lb in others]
         m_row += [f"{by[lb].peak_mb * scale:.4g}" for lb in others]
-        body += [s_row, m_row]
+        u_row = ["", f"[{unit} upd]"] + [f"{by[lb].update_mb * scale:.4g}"
+                                         for lb in [*pbfm, *others]]
+        if pbfm:
+            u_row.insert(2 + len(pbfm), f"{sum(by[lb].update_mb for lb in pbfm) * scale:.4g}")
+        body += [s_row, m_row, u_row]
     print(f"\noptimizer-update time (median after {args.warmup} warm-up of "
           f"{args.warmup + args.updates} updates; PCFT {args.pcft_warmup} of "
           f"{args.pcft_warmup + args.pcft_updates}; median of {args.rounds} round(s)) and "
@@ -214,6 +282,11 @@ def print_table(rows: list[Row], tasks: list[str], device_desc: str, args) -> No
           f"({rows[0].memory_kind}); preset {args.preset}, batch "
           f"{args.batch_size or PRESET_BUDGET[args.preset][1]}, {device_desc}")
     print(tabulate(body, headers=["Benchmark", "", *cols], tablefmt="github"))
+    print(f"[{unit}]: peak over the whole fit (calibration included); [{unit} upd]: peak "
+          "during the optimizer updates above what was allocated when the optimizer was "
+          "created (the resident training set and calibration results), plus the trained "
+          "weights: weights, gradients, optimizer state and activations"
+          + (" (CPU: resident-set growth, sampled)" if not gpu else ""))
     for ref_label in [lb for lb in others if lb == "PMosFM" or lb.startswith("PMosFM[")]:
         if not pbfm:
             break
@@ -228,6 +301,10 @@ def print_table(rows: list[Row], tasks: list[str], device_desc: str, args) -> No
             m.append(sum(m))
             ratio.append([t, "time"] + [f"{v / ref.update_s:.2f}x" for v in s])
             ratio.append(["", "memory"] + [f"{v / max(ref.peak_mb, 1e-9):.2f}x" for v in m])
+            u = [by[lb].update_mb for lb in pbfm]
+            u.append(sum(u))
+            ratio.append(["", "memory upd"] + [f"{v / max(ref.update_mb, 1e-9):.2f}x"
+                                               for v in u])
         print(f"\nratio PBFM-n / {ref_label}")
         print(tabulate(ratio, headers=["Benchmark", "", *names], tablefmt="github"))
 
@@ -289,10 +366,12 @@ def main() -> None:
                 row = measure(task, label, name, over, args, device)
                 per_round.setdefault(label, []).append(row)
                 print(f"{tname} round {r + 1} {label}: {row.update_s:.4g} s/update, peak "
-                      f"{row.peak_mb:.4g} MiB ({row.memory_kind})", flush=True)
+                      f"{row.peak_mb:.4g} MiB, updates {row.update_mb:.4g} MiB "
+                      f"({row.memory_kind})", flush=True)
         for label, rs in per_round.items():
             rows.append(Row(tname, label, statistics.median(x.update_s for x in rs),
-                            statistics.median(x.peak_mb for x in rs), rs[0].memory_kind))
+                            statistics.median(x.peak_mb for x in rs), rs[0].memory_kind,
+                            update_mb=statistics.median(x.update_mb for x in rs)))
         if args.record:
             load["end"] = machine_load()
             names = {lb: name for lb, name, _ in configurations(args.methods)}

@@ -628,6 +628,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for stage, jobs in p.stages.items():
             for job in jobs:
                 print(f"  {stage:<8} {job.label}")
+        print(_sweep_cost(p, args.preset))
         return 0
     ensure_writable(root)
     eo = ExecutorOptions(kind=args.executor,
@@ -652,6 +653,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # "exists": an identical run (e.g. a concurrent sweep) recorded it first: not a failure
     return int(any(r["status"] not in ("ok", "exists") for r in results if r["stage"] != "data")
                or any(r["status"] == "error" for r in results))
+
+
+def _sweep_cost(p: typing.Any, preset: str) -> str:
+    """One line: the hours of a sweep plan's jobs from the cost table
+    (:mod:`pcgbench.papercost`), on the GPU where it has GPU rows."""
+    from pcgbench.papercost import estimate, read_table
+
+    jobs = []
+    for stage, stage_jobs in p.stages.items():
+        for job in stage_jobs:
+            opts = job.args[0]
+            jobs.append((stage, opts, None) if stage == "data"
+                        else (stage, opts.task, opts.method))
+    est = estimate(jobs, preset, read_table())
+    if est is None:
+        return (f"cost: no cost table rows for preset {preset!r} (benchmarks/paper_cost.py "
+                f"--preset {preset} --write measures them)")
+    unit = "GPU-hours" if est.device_kind == "cuda" else (
+        f"hours on the {est.device_kind} probe's machine (no GPU measurement in the table "
+        "yet; benchmarks/gpu_check.sh adds it)")
+    where = "; ".join(f"{d}, {date}" for d, date in sorted(est.sources)) or "-"
+    line = (f"estimated cost of the {est.priced} priced job(s): {est.hours:.3g} {unit} "
+            f"(pcgbench/paper_cost.csv: {where})")
+    if est.unpriced:
+        shown = ", ".join(est.unpriced[:6]) + (" ..." if len(est.unpriced) > 6 else "")
+        line += f"; {len(est.unpriced)} job(s) without an estimate: {shown}"
+    return line
 
 
 def cmd_report(args: argparse.Namespace) -> None:

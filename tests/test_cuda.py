@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -59,7 +60,13 @@ def _fitted(task, method_name: str, device: torch.device):
     return method
 
 
-@pytest.mark.parametrize("task_name", BASE_TASKS)
+#: PCGBENCH_CUDA_MATRIX=families (benchmarks/gpu_check.sh, a time-boxed check): the
+#: matrix on one task per family only
+MATRIX_TASKS = (list(FAMILIES) if os.environ.get("PCGBENCH_CUDA_MATRIX") == "families"
+                else BASE_TASKS)
+
+
+@pytest.mark.parametrize("task_name", MATRIX_TASKS)
 @pytest.mark.parametrize("method_name", METHODS.names())
 def test_every_method_fits_and_samples_on_cuda(task_name, method_name, data_dir):
     task = TASKS.get(task_name)("smoke", data_dir=data_dir, progress=False)

@@ -1,0 +1,57 @@
+"""The paper-scale cost table (pcgbench.papercost): the paper's matrix, merging rows, and
+the sweep's dry-run price."""
+
+from __future__ import annotations
+
+import math
+
+from pcgbench import papercost
+from pcgbench.cli import main
+from pcgbench.papercost import CostRow
+
+
+def _row(task, method, kind="cuda", hours=2.0, preset="paper"):
+    return CostRow(task, method, preset, kind, f"{kind} box", "2026-01-01", 0.5, 10, hours,
+                   0.1, 5, 0.0, hours, "probe", "cmd")
+
+
+def test_the_paper_matrix_names_registered_supported_methods():
+    m = papercost.paper_matrix(["burgers", "heat", "kf_generation"])
+    assert {"fm_ot", "pmosfm", "pbfm", "pcfm"} <= set(m["burgers"])
+    assert "ffm" in m["heat"] and "pdm" not in m["heat"]  # PDM is not registered
+    assert m["kf_generation"]  # no transcribed table: the main table's methods
+
+
+def test_merge_replaces_a_measurement_and_the_csv_round_trips(tmp_path):
+    old = [_row("burgers", "fm_ot", hours=1.0), _row("burgers", "fm_ot", "cpu", 9.0)]
+    new = [_row("burgers", "fm_ot", hours=3.0)]
+    merged = papercost.merge(old, new)
+    assert sorted((r.device_kind, r.total_hours) for r in merged) == [("cpu", 9.0),
+                                                                     ("cuda", 3.0)]
+    path = tmp_path / "t.csv"
+    path.write_text(papercost.to_csv(merged))
+    back = papercost.read_table(path)
+    assert [(r.task, r.method, r.device_kind, r.total_hours) for r in back] == \
+        [(r.task, r.method, r.device_kind, r.total_hours) for r in merged]
+    assert "GPU-hours" in papercost.markdown(back)
+
+
+def test_estimate_prefers_gpu_rows_and_names_what_it_cannot_price():
+    rows = [_row("burgers", "data", hours=0.5), _row("burgers", "fm_ot"),
+            _row("burgers", "fm_ot", "cpu", 50.0)]
+    est = papercost.estimate([("data", "burgers", None), ("backbone", "burgers", "fm_ot"),
+                              ("method", "burgers", "pcfm")], "paper", rows)
+    assert est.device_kind == "cuda" and math.isclose(est.hours, 2.5)
+    assert est.priced == 2 and est.unpriced == ["burgers/pcfm"]
+    assert papercost.estimate([], "cpu", rows) is None
+
+
+def test_sweep_dry_run_prints_the_price(dirs, capsys, monkeypatch, tmp_path):
+    table = tmp_path / "cost.csv"
+    table.write_text(papercost.to_csv([_row("burgers", "data", hours=0.5),
+                                       _row("burgers", "fm_ot", hours=4.0)]))
+    monkeypatch.setattr(papercost, "table_path", lambda: table)
+    assert main(["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "paper",
+                 "--seeds", "0", "1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated cost of the 3 priced job(s): 8.5 GPU-hours" in out
