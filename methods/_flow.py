@@ -6,6 +6,8 @@ flow_matching's ``ODESolver`` does), and the EMA update of PBFM and PIDM."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,8 +26,39 @@ def preset_backbone(preset: str) -> BackboneConfig:
     }[preset]
 
 
+@dataclass(frozen=True)
+class PresetRecipe:
+    """A preset's training budget and optimization recipe, the same for every method that
+    trains a network from scratch (fairness): ``iterations`` AdamW updates of
+    ``batch_size`` fields, the lr after a linear ``warmup`` decayed on ``lr_schedule``
+    (``pcgbench.training.lr_factor``), and the sampled weights an EMA with ``ema_decay``
+    (methods whose reference code fixes its own EMA keep it: PBFM 0.999, PIDM 0.99).
+    The ``cpu`` budget is the one at which the shared backbones reach WD <= 2x the data
+    floor (benchmarks/backbone_convergence.py; docs/protocols.md)."""
+
+    iterations: int
+    batch_size: int
+    lr_schedule: str = "cosine"
+    warmup: int = 0
+    ema_decay: float = 0.999
+
+    def fields(self, ema: bool = True) -> dict[str, Any]:
+        """The recipe as config fields (``ema=False``: without ``ema_decay``)."""
+        out: dict[str, Any] = {"iterations": self.iterations, "batch_size": self.batch_size,
+                               "lr_schedule": self.lr_schedule, "warmup": self.warmup}
+        if ema:
+            out["ema_decay"] = self.ema_decay
+        return out
+
+
+PRESET_RECIPE = {
+    "smoke": PresetRecipe(30, 16, warmup=3),
+    "cpu": PresetRecipe(3000, 32, warmup=100),
+    "paper": PresetRecipe(20000, 64, warmup=500),
+}
+
 #: (updates, batch size) per preset, shared by FM-OT, FFM, PBFM, PIDM and PMosFM
-PRESET_BUDGET = {"smoke": (30, 16), "cpu": (800, 32), "paper": (20000, 64)}
+PRESET_BUDGET = {p: (r.iterations, r.batch_size) for p, r in PRESET_RECIPE.items()}
 
 
 def bshape(v: Tensor, ndim: int) -> Tensor:

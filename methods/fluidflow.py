@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from pcgbench.backbones import BackboneConfig
-from pcgbench.methods._flow import PRESET_BUDGET, preset_backbone
+from pcgbench.methods._flow import PRESET_RECIPE, preset_backbone
 from pcgbench.methods.fm_ot import FMOT, FMOTConfig
 from pcgbench.registry import METHODS
 
@@ -34,8 +34,7 @@ class FluidFlowConfig(FMOTConfig):
 
     @classmethod
     def for_preset(cls, preset: str) -> FluidFlowConfig:
-        iters, batch = PRESET_BUDGET[preset]
-        return cls(backbone=unet_backbone(preset), iterations=iters, batch_size=batch)
+        return cls(backbone=unet_backbone(preset), **PRESET_RECIPE[preset].fields())
 
 
 @METHODS.register("fluidflow")

@@ -15,7 +15,13 @@ import torch
 
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods._flow import PRESET_BUDGET, bshape, euler_solve, preset_backbone
+from pcgbench.methods._flow import (
+    PRESET_BUDGET,
+    PRESET_RECIPE,
+    bshape,
+    euler_solve,
+    preset_backbone,
+)
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.training import WeightEMA, batch_indices, train_loop
@@ -26,21 +32,21 @@ class FMOTConfig(MethodConfig):
     sampling_only: ClassVar[frozenset[str]] = frozenset({"steps"})  # Euler steps
 
     backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
-    iterations: int = 800
+    iterations: int = 3000
     batch_size: int = 32
     lr: float = 1e-3
     steps: int = 20
     ot_coupling: bool = False
-    #: optimization recipe (pcgbench.training.train_loop): lr schedule after a linear
-    #: warm-up, and the EMA of the weights that is sampled (0 = none)
-    lr_schedule: str = "constant"
-    warmup: int = 0
-    ema_decay: float = 0.0
+    #: optimization recipe (``PRESET_RECIPE``; pcgbench.training.train_loop): the lr
+    #: schedule after a linear warm-up, and the EMA of the weights that is sampled
+    #: (0 = none)
+    lr_schedule: str = "cosine"
+    warmup: int = 100
+    ema_decay: float = 0.999
 
     @classmethod
     def for_preset(cls, preset: str) -> FMOTConfig:
-        iters, batch = PRESET_BUDGET[preset]
-        return cls(backbone=preset_backbone(preset), iterations=iters, batch_size=batch)
+        return cls(backbone=preset_backbone(preset), **PRESET_RECIPE[preset].fields())
 
 
 def ot_pair(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
@@ -71,6 +77,8 @@ class FMOT(Method):
 
     Config = FMOTConfig
     description = "flow matching, conditional OT path, Euler sampling (Lipman et al. 2022)"
+    #: 1: trained on the preset recipe (cosine lr after warm-up, sampled EMA weights)
+    version = 1
 
     def __init__(self, task: Task, config: FMOTConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)

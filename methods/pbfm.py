@@ -55,13 +55,13 @@ from tqdm.auto import tqdm
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.errors import PcgError, TrainingDiverged
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods._flow import PRESET_BUDGET, bshape, ema_update, preset_backbone
+from pcgbench.methods._flow import PRESET_RECIPE, bshape, ema_update, preset_backbone
 from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import euler_sample
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.timing import synchronize
-from pcgbench.training import batch_indices
+from pcgbench.training import batch_indices, lr_factor
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class PBFMConfig(MethodConfig):
     sampling_only: ClassVar[frozenset[str]] = frozenset({"steps"})  # Euler steps
 
     backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
-    iterations: int = 800
+    iterations: int = 3000
     batch_size: int = 32
     lr: float = 1e-3
     steps: int = 20  # Euler steps at sampling (NFE)
@@ -84,11 +84,13 @@ class PBFMConfig(MethodConfig):
     ema_decay: float = 0.999
     ema_warmup: bool = True
     grad_clip: float | None = 1.0
+    #: the preset recipe's lr schedule (``PRESET_RECIPE``; the EMA above is PBFM's own)
+    lr_schedule: str = "cosine"
+    warmup: int = 100
 
     @classmethod
     def for_preset(cls, preset: str) -> PBFMConfig:
-        iters, batch = PRESET_BUDGET[preset]
-        return cls(backbone=preset_backbone(preset), iterations=iters, batch_size=batch)
+        return cls(backbone=preset_backbone(preset), **PRESET_RECIPE[preset].fields(ema=False))
 
 
 class ReferenceResidual(NamedTuple):
@@ -188,7 +190,8 @@ class PBFM(Method):
     description = "PBFM: flow matching + unrolled residual loss, ConFIG (Baldan et al. 2025)"
     #: 1: the reference's residual per benchmark and its batch t-weight (was mean |R|
     #: with a per-sample t everywhere)
-    version = 1
+    #: 2: the preset recipe's cosine lr after warm-up and its budget
+    version = 2
 
     def __init__(self, task: Task, config: PBFMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)
@@ -260,6 +263,9 @@ class PBFM(Method):
         for step in bar:
             synchronize(self.device)
             t0 = time.perf_counter()
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr * lr_factor(step, cfg.iterations, cfg.lr_schedule,
+                                                 cfg.warmup)
             idx = batch_indices(len(z), cfg.batch_size, gen).to(self.device)
             x1 = z[idx]
             x0 = torch.randn(x1.shape, generator=gen).to(self.device)

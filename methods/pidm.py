@@ -38,7 +38,7 @@ import torch
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods._flow import PRESET_BUDGET, ema_update, preset_backbone
+from pcgbench.methods._flow import PRESET_RECIPE, ema_update, preset_backbone
 from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
@@ -48,7 +48,7 @@ from pcgbench.training import batch_indices, train_loop
 @dataclass(frozen=True)
 class PIDMConfig(MethodConfig):
     backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
-    iterations: int = 800
+    iterations: int = 3000
     batch_size: int = 32
     lr: float = 1e-3
     steps: int = 100  # DDPM steps T (= NFE of ancestral sampling)
@@ -59,11 +59,13 @@ class PIDMConfig(MethodConfig):
     ema_warmup: bool = True
     sampling_variance: Literal["beta", "posterior"] = "beta"  # sigma_t^2 = beta_t: reference
     conditioned: bool = True  # feed the condition also on zero-shot tasks
+    #: the preset recipe's lr schedule (``PRESET_RECIPE``; the EMA above is PIDM's own)
+    lr_schedule: str = "cosine"
+    warmup: int = 100
 
     @classmethod
     def for_preset(cls, preset: str) -> PIDMConfig:
-        iters, batch = PRESET_BUDGET[preset]
-        return cls(backbone=preset_backbone(preset), iterations=iters, batch_size=batch)
+        return cls(backbone=preset_backbone(preset), **PRESET_RECIPE[preset].fields(ema=False))
 
 
 class DDPMSchedule:
@@ -113,6 +115,8 @@ class PIDM(Method):
 
     Config = PIDMConfig
     description = "PIDM: DDPM + residual likelihood of the x0-estimate (Bastek et al. 2025)"
+    #: 1: the preset recipe's cosine lr after warm-up and its budget
+    version = 1
 
     def __init__(self, task: Task, config: PIDMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)
@@ -173,7 +177,8 @@ class PIDM(Method):
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
                            device=self.device, progress=progress, desc=f"fit {self.name}",
                            on_step=self._update_ema,
-                           resume=self.resume_point([gen], [self.ema]))
+                           resume=self.resume_point([gen], [self.ema]),
+                           lr_schedule=cfg.lr_schedule, warmup=cfg.warmup)
         self.net.eval()
         stats.extra["residual_terms"] = ("evaluator + hard constraints" if self.with_constraints
                                          else "evaluator")

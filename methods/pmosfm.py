@@ -59,7 +59,7 @@ from pcgbench.charts.base import Chart, gauss_newton_encode
 from pcgbench.config import UNIT, Bounds
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods._flow import PRESET_BUDGET, preset_backbone
+from pcgbench.methods._flow import PRESET_RECIPE, preset_backbone
 from pcgbench.methods.onestep import OBJECTIVES
 from pcgbench.preconditioning import (
     Geometry,
@@ -84,7 +84,7 @@ class PMosFMConfig(MethodConfig):
                                            "delta_range": Bounds(0.0, 1.0, ordered=True)}
 
     backbone: BackboneConfig = field(default_factory=lambda: preset_backbone("cpu"))
-    iterations: int = 800
+    iterations: int = 3000
     batch_size: int = 32
     lr: float = 1e-3
     gamma: float = 0.5  # weight of L_FM; 1 - gamma on L_PE
@@ -165,18 +165,14 @@ class PMosFMConfig(MethodConfig):
     objective: str = "native"
     #: optimization recipe, as FM-OT's (pcgbench.training.train_loop): lr schedule after
     #: a linear warm-up, and the EMA of the weights that is sampled (0 = none)
-    lr_schedule: str = "constant"
-    warmup: int = 0
-    ema_decay: float = 0.0
+    lr_schedule: str = "cosine"
+    warmup: int = 100
+    ema_decay: float = 0.999
 
     @classmethod
     def for_preset(cls, preset: str) -> PMosFMConfig:
-        # Same backbone and batch as FM-OT.  At `cpu` the update count is lower: with a
-        # solver-decoder chart (Burgers "ic") each update differentiates through two
-        # decodes, measured ~2.5 s/update on 2 cores vs ~0.3 s for an FM-OT update.
-        iters, batch = PRESET_BUDGET[preset]
-        iters = {"cpu": 300}.get(preset, iters)
-        return cls(backbone=preset_backbone(preset), iterations=iters, batch_size=batch)
+        # the same backbone, budget and recipe as FM-OT (PRESET_RECIPE)
+        return cls(backbone=preset_backbone(preset), **PRESET_RECIPE[preset].fields())
 
 
 @METHODS.register("pmosfm")
@@ -189,7 +185,8 @@ class PMosFM(Method):
                    "published configuration (reference method)")
     #: 1: the defaults are the paper's algorithm (exact P_s, N(0, I) source, no spread
     #: term, the chart's decoder at sampling); the former defaults are ``pmosfm_tuned``
-    version = 1
+    #: 2: the preset recipe (cosine lr after warm-up, EMA 0.999) and FM-OT's budget
+    version = 2
 
     def __init__(self, task: Task, config: PMosFMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)

@@ -8,11 +8,12 @@ may change; import them from here.
   (``velocity``, ``noise``, ``constraint_fn``, ``decode``, ``prepare_cond``).
 - :func:`shared_jacobian`, :func:`orthogonal_projector`, :func:`apply_projector`,
   :func:`gauss_newton_project`: constraint Jacobians and projections.
-- :func:`preset_backbone`, :data:`PRESET_BUDGET`, :func:`euler_solve`: size a learned
-  network and its training budget like every flow method, integrate a velocity field.
+- :func:`preset_backbone`, :data:`PRESET_RECIPE` (budget and optimization recipe),
+  :data:`PRESET_BUDGET` (its ``(iterations, batch_size)``), :func:`euler_solve`: size and
+  train a learned network like every flow method, integrate a velocity field.
 """
 
-from pcgbench.methods._flow import PRESET_BUDGET, euler_solve, preset_backbone
+from pcgbench.methods._flow import PRESET_BUDGET, PRESET_RECIPE, euler_solve, preset_backbone
 from pcgbench.methods._sampling import (
     BackboneSampler,
     apply_projector,
@@ -21,6 +22,6 @@ from pcgbench.methods._sampling import (
     shared_jacobian,
 )
 
-__all__ = ["PRESET_BUDGET", "BackboneSampler", "apply_projector", "euler_solve",
+__all__ = ["PRESET_BUDGET", "PRESET_RECIPE", "BackboneSampler", "apply_projector", "euler_solve",
            "gauss_newton_project", "orthogonal_projector", "preset_backbone",
            "shared_jacobian"]

@@ -210,7 +210,9 @@ GOLDEN_RTOL = 1e-4
 @pytest.mark.parametrize("changes,losses,abs_sum,sq_sum", BEFORE)
 def test_native_default_trains_as_before(task, changes, losses, abs_sum, sq_sum):
     torch.manual_seed(0)
-    m = PMosFM(task, PMosFMTunedConfig.for_preset("smoke").replace(**changes))
+    # the optimization recipe of that time: constant lr, no EMA
+    old_recipe = dict(lr_schedule="constant", warmup=0, ema_decay=0.0)
+    m = PMosFM(task, PMosFMTunedConfig.for_preset("smoke").replace(**old_recipe, **changes))
     assert m.config.objective == "native"
     stats = m.fit(task.dataset("train"), progress=False)
     assert stats.losses == pytest.approx([float.fromhex(v) for v in losses], rel=GOLDEN_RTOL)
@@ -321,7 +323,9 @@ def test_the_ablation_caption_says_which_extras_every_objective_had():
         return {"task": "burgers", "method": "pmosfm", "preset": "cpu", "seed": 0,
                 "variant": None if objective == "native" else f"objective={objective}",
                 "config": {"objective": objective}, "status": "ok", "finished": "1",
-                "metrics": {"energy": 1.0}, "code_versions": {"method": PMosFM.version},
+                "metrics": {"energy": 1.0},
+                "code_versions": {"method": PMosFM.version, "task": BurgersTask.version,
+                                  "data": BurgersTask.data_version},
                 "method_info": {"spread_term": spread, "source_scale": source,
                                 "whitening": "full"}}
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from pcgbench.cli import main
-from pcgbench.registry import METHODS
+from pcgbench.registry import METHODS, TASKS
 
 
 def _record(root: Path, task: str, method: str, seed: int, metrics: dict, **extra) -> None:
@@ -25,6 +25,7 @@ def _record(root: Path, task: str, method: str, seed: int, metrics: dict, **extr
     path = root / "records" / task / "cpu" / method / f"seed{seed}-{variant or 'x'}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     versions = {"method": METHODS.get(method).version} if method in METHODS else {}
+    versions.update(task=TASKS.get(task).version, data=TASKS.get(task).data_version)
     loaded = {"start": {"load1": 9.0, "cpus": 2}, "end": {"load1": 9.0, "cpus": 2}}
     path.write_text(json.dumps({
         "task": task, "method": method, "seed": seed, "preset": "cpu", "metrics": metrics,
