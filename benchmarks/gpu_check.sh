@@ -78,7 +78,7 @@ else
     preset=cpu; device=cuda
     limits=(170 75 80 75 75)
     probe=(--preset paper --updates 2 --warmup 1 --sample-batches 1 --rows 64
-           --max-seconds 12)
+           --max-seconds 12 --max-data-seconds 10 --sample-batch 16)
 fi
 
 step() {  # step NAME LIMIT_S CMD...: run with a time limit; output to $out_dir/NAME.log

@@ -36,6 +36,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def _names(registry, kind: str) -> str:
+    """Help text listing a registry's names (a --plugin or an installed entry point may add
+    more, so they are listed, not enforced as argparse choices)."""
+    try:
+        names = ", ".join(registry.names())
+    except PcgError:  # a broken entry point must not break --help
+        names = "see `pcgbench list`"
+    return f"{kind}: {names} (a --plugin may add more; `pcgbench list {kind}s` describes them)"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2), like every other bad input."""
 
@@ -53,9 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="fit, sample, evaluate and record one run per seed")
     _add_common(p)
-    p.add_argument("--task", required=True)
-    p.add_argument("--method", required=True)
-    p.add_argument("--seed", type=int, nargs="+", default=[0])
+    p.add_argument("--task", required=True, help=_names(TASKS, "task"))
+    p.add_argument("--method", required=True, help=_names(METHODS, "method"))
+    p.add_argument("--seed", type=int, nargs="+", default=[0],
+                   help="one run per seed (default 0)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda[:i]")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -127,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show-config", help="the resolved config of a (task, method, preset): "
                        "preset defaults, the sampling protocol, then --set")
     _add_common(p)
-    p.add_argument("--task", required=True)
-    p.add_argument("--method", required=True)
+    p.add_argument("--task", required=True, help=_names(TASKS, "task"))
+    p.add_argument("--method", required=True, help=_names(METHODS, "method"))
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--chart", default=None)
@@ -242,14 +253,15 @@ def cmd_list(args: argparse.Namespace) -> None:
         "objectives": [(n, safe(lambda k: _one_line(OBJECTIVES.get(k).__doc__), n))
                        for n in OBJECTIVES.names()],
     }
-    for section, items in sections.items():
-        if args.what not in ("all", section):
-            continue
+    shown = {k: v for k, v in sections.items() if args.what in ("all", k)}
+    width = max((len(printable(n)) for items in shown.values() for n, _ in items), default=0)
+    for section, items in shown.items():
         if args.what == "all":
             print(f"{section}:")
         for name, desc in items:
             desc = printable(desc)  # a plug-in's docstring: no terminal escapes
-            print(f"  {name:<22} {desc}" if args.what == "all" else f"{name:<22} {desc}")
+            line = f"{printable(name):<{width}}  {desc}"
+            print(f"  {line}" if args.what == "all" else line)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -615,6 +627,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if args.cpus_per_job is None else args.cpus_per_job)
     if cpus < 1:
         raise PcgError(f"--cpus-per-job must be >= 1, got {cpus}")
+    from pcgbench.environment import resolve_device
+
+    resolve_device(args.device)  # a bad or absent device is one line before any planning
     p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,
              args.plugin, args.checkpoint_every, args.device)
     runs = len(p.stages["backbone"]) + len(p.stages["method"])
@@ -624,6 +639,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{cpus} thread(s) per job, {args.max_parallel} in parallel")
     for line in p.unsupported:
         print(f"  unsupported: {line}")
+    for line in p.unplanned:
+        print(f"  not planned on this machine: {line}")
     if args.dry_run:
         for stage, jobs in p.stages.items():
             for job in jobs:

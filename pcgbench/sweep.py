@@ -20,7 +20,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class Plan:
     stages: dict[str, list[Job]]
     existing: list[str]
     unsupported: list[str]
+    #: runs this machine cannot even plan (e.g. a paper-scale backbone over its memory)
+    unplanned: list[str] = field(default_factory=list)
 
     @property
     def n_jobs(self) -> int:
@@ -96,6 +98,7 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
     stages: dict[str, list[Job]] = {"data": [], "backbone": [], "method": []}
     existing: list[str] = []
     unsupported: list[str] = []
+    unplanned: list[str] = []
     cpu = torch.device("cpu")
 
     def options(task: str, method: str, seed: int) -> RunOptions:
@@ -112,16 +115,27 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
             if reason:
                 unsupported.append(f"{task_name}/{method}: {reason}")
                 continue
+            try:
+                base = build_method(task, options(task_name, method, seeds[0]), cpu
+                                    ).pretrained_name()
+            except PcgError as exc:  # e.g. a backbone too large for this machine's memory
+                unplanned.append(f"{task_name}/{method}: {exc}")
+                continue
             runnable.append(method)
-            base = build_method(task, options(task_name, method, seeds[0]), cpu
-                                ).pretrained_name()
             if base is not None and base not in backbones:
                 backbones.append(base)
         for seed in seeds:
             for method in [*backbones, *[m for m in runnable if m not in backbones]]:
                 opts = options(task_name, method, seed)
                 label = f"{task_name}/{method} seed {seed}"
-                if record_path(opts).exists():
+                try:
+                    recorded = record_path(opts).exists()
+                except PcgError as exc:
+                    note = f"{task_name}/{method}: {exc}"
+                    if note not in unplanned:
+                        unplanned.append(note)
+                    continue
+                if recorded:
                     existing.append(label)
                     continue
                 stage = "backbone" if method in backbones else "method"
@@ -129,7 +143,7 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
         if len(stages["backbone"]) + len(stages["method"]) > planned:
             stages["data"].append(Job("data", f"{task_name} data", data_job,
                                       (task_name, preset, data_dir, tuple(plugins))))
-    return Plan(stages, existing, unsupported)
+    return Plan(stages, existing, unsupported, unplanned)
 
 
 @dataclass(frozen=True)
