@@ -189,6 +189,13 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
     #: PCFM's FFM default kernel length on the unit-square (t, x) grid (its configs are
     #: not published)
     ffm_length_scale: ClassVar[float] = 0.001
+    #: the sampling sets' ICs are the first training ICs (as PCFM's, drawn from the
+    #: training seed) and the fluxes are rounded to ``flux_decimals``, so a val/test flux
+    #: pair can repeat a training pair of the same IC: an identical row (3 of 128 val rows
+    #: at ``cpu``).  Reproduced for comparability; counted in the record (``data_overlap``).
+    split_overlap_reason: ClassVar[str] = (
+        "PCFM's RD sampling sets reuse the first training ICs and fluxes rounded to "
+        "flux_decimals, so a sampling-set row can repeat a training (IC, flux) pair")
 
     @classmethod
     def params_for(cls, preset: str) -> ReactionDiffusionParams:

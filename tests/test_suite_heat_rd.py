@@ -267,3 +267,17 @@ def test_pmosfm_smoke_run(name, tmp_path, monkeypatch):
     for ce in ("ce_ic", "ce_cl"):
         if ce in m:
             assert m[ce] <= 1e-5
+
+
+@pytest.mark.parametrize("preset", ["smoke", "cpu", "paper"])
+def test_rd_rows_shared_with_training_are_declared(preset):
+    """Sampling-set rows equal to training rows (same IC, same rounded fluxes) occur by
+    design (PCFM's protocol); the task must declare them, else the split guard refuses
+    its data (it did at ``cpu``: 3 of 128 val rows).  Conditions only, no solve."""
+    task = ReactionDiffusionICTask(preset, progress=False)
+    train = {row.tobytes() for row in np.column_stack(task.conditions("train"))}
+    shared = sum(row.tobytes() in train
+                 for split in ("val", "test")
+                 for row in np.column_stack(task.conditions(split)))
+    if shared:
+        assert task.overlap_reason("train/val") and task.overlap_reason("train/test")
