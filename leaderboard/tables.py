@@ -441,7 +441,8 @@ UNDERTRAINED_RATIO = 2.0
 
 def backbone_notes(mean: pd.DataFrame, preset: str) -> list[str]:
     """One line per shared backbone whose WD exceeds ``UNDERTRAINED_RATIO`` x the data
-    floor in this table (computed from the records, never written by hand)."""
+    floor in this table, then one line naming every other column above it (computed from
+    the records, never written by hand)."""
     if "wd" not in mean.index or "data" not in mean.columns:
         return []
     floor = mean.loc["wd", "data"]
@@ -457,6 +458,14 @@ def backbone_notes(mean: pd.DataFrame, preset: str) -> list[str]:
             notes.append(f"note: the shared backbone {bb} is under-trained at preset {preset!r}:"
                          f" WD {_fmt(wd)} = {ratio:.1f}x the data floor {_fmt(floor)} (> "
                          f"{UNDERTRAINED_RATIO:g}x); every sampling-time method inherits it")
+    far = [(str(c), mean.loc["wd", c] / floor) for c in mean.columns
+           if c != "data" and c not in BACKBONES and floor > 0 and not math.isnan(floor)
+           and not math.isnan(mean.loc["wd", c]) and mean.loc["wd", c] / floor > UNDERTRAINED_RATIO]
+    if far:
+        notes.append("note: WD above " + f"{UNDERTRAINED_RATIO:g}x the data floor at preset "
+                     f"{preset!r} (these samples do not match the data's value distribution; "
+                     "read their other metrics with that in mind): "
+                     + ", ".join(f"{c} {r:.1f}x" for c, r in far))
     return notes
 
 

@@ -194,8 +194,10 @@ def test_leaderboard_flags_an_undertrained_backbone():
 
     mean = pd.DataFrame({"data": [0.04, 2.0], "fm_ot": [0.355, 1.9], "pcfm": [0.3, 1.0]},
                         index=["wd", "re"])
-    (note,) = backbone_notes(mean, "cpu")
+    note, others = backbone_notes(mean, "cpu")
     assert "fm_ot" in note and "8.9x" in note and "under-trained" in note
+    assert "pcfm 7.5x" in others and "fm_ot" not in others
     mean.loc["wd", "fm_ot"] = 0.07  # 1.75x: fine
+    mean.loc["wd", "pcfm"] = 0.08  # 2x: not above
     assert backbone_notes(mean, "cpu") == []
     assert backbone_notes(mean.drop(index="wd"), "cpu") == []
