@@ -868,7 +868,9 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
                   "wall_seconds": time.perf_counter() - t_start}
         return write_record(path, record), path, False
     train_peak, mem_kind = peak_memory_mb(device)
-    if reused:  # no fit ran: the window holds loading, not training
+    if reused or not fit_stats.update_seconds:
+        # no optimizer update ran (a reused checkpoint, or a sampling-time method that
+        # loads its backbone): the window holds loading, not training
         train_peak = None
     load["fit"]["end"] = machine_load()
     t_fit = time.perf_counter() - t_start

@@ -136,6 +136,8 @@ def test_a_reused_checkpoint_records_no_training_memory(tmp_path):
     assert fitted["memory"]["train_peak_mb"] is not None
     assert reused["training"]["checkpoint_reused"] is True
     assert reused["memory"]["train_peak_mb"] is None
+    sampler, _, _ = run(RunOptions(**{**base, "method": "pcfm"}))  # loads fm_ot, no update
+    assert sampler["memory"]["train_peak_mb"] is None
     for rec in (fitted, reused):
         for phase in ("fit", "sample"):
             for end in ("start", "end"):
