@@ -439,10 +439,12 @@ BACKBONES = ("fm_ot", "ffm")
 UNDERTRAINED_RATIO = 2.0
 
 
-def backbone_notes(mean: pd.DataFrame, preset: str) -> list[str]:
+def backbone_notes(mean: pd.DataFrame, preset: str,
+                   shown: set[str] | None = None) -> list[str]:
     """One line per shared backbone whose WD exceeds ``UNDERTRAINED_RATIO`` x the data
-    floor in this table, then one line naming every other column above it (computed from
-    the records, never written by hand)."""
+    floor in this table, then one line naming every other column above it (of ``shown``
+    when given: the columns a filtered table prints; computed from the records, never
+    written by hand)."""
     if "wd" not in mean.index or "data" not in mean.columns:
         return []
     floor = mean.loc["wd", "data"]
@@ -459,8 +461,9 @@ def backbone_notes(mean: pd.DataFrame, preset: str) -> list[str]:
                          f" WD {_fmt(wd)} = {ratio:.1f}x the data floor {_fmt(floor)} (> "
                          f"{UNDERTRAINED_RATIO:g}x); every sampling-time method inherits it")
     far = [(str(c), mean.loc["wd", c] / floor) for c in mean.columns
-           if c != "data" and c not in BACKBONES and floor > 0 and not math.isnan(floor)
-           and not math.isnan(mean.loc["wd", c]) and mean.loc["wd", c] / floor > UNDERTRAINED_RATIO]
+           if c != "data" and c not in BACKBONES and (shown is None or c in shown)
+           and floor > 0 and not math.isnan(floor) and not math.isnan(mean.loc["wd", c])
+           and mean.loc["wd", c] / floor > UNDERTRAINED_RATIO]
     if far:
         notes.append("note: WD above " + f"{UNDERTRAINED_RATIO:g}x the data floor at preset "
                      f"{preset!r} (these samples do not match the data's value distribution; "

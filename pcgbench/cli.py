@@ -405,8 +405,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         if not args.no_reported and task in TASKS:
             bench = TASKS.get(task).paper_benchmark
             reported = reported_table(bench) if bench else None
-        notes = backbone_notes(mean, preset)  # before --methods may drop the backbone
-        mean, std, seeds, reported = select(mean, std, seeds, args.rows, args.methods, reported)
+        selected = select(mean, std, seeds, args.rows, args.methods, reported)
+        # from the whole table (--methods may drop the backbone); other columns if shown
+        notes = backbone_notes(mean, preset, shown=set(selected[0].columns))
+        mean, std, seeds, reported = selected
         from pcgbench.leaderboard.tables import annotate_frame, render_notes, table_notes
 
         shown = {m: groups[(task, preset)][m] for m in mean.columns}

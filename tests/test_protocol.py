@@ -197,6 +197,7 @@ def test_leaderboard_flags_an_undertrained_backbone():
     note, others = backbone_notes(mean, "cpu")
     assert "fm_ot" in note and "8.9x" in note and "under-trained" in note
     assert "pcfm 7.5x" in others and "fm_ot" not in others
+    assert backbone_notes(mean, "cpu", shown={"fm_ot"}) == [note]  # pcfm not printed
     mean.loc["wd", "fm_ot"] = 0.07  # 1.75x: fine
     mean.loc["wd", "pcfm"] = 0.08  # 2x: not above
     assert backbone_notes(mean, "cpu") == []
