@@ -116,3 +116,24 @@ def test_benchmark_method_specs_parse_like_set():
     assert parse_assignments(split_assignments(spec)) == {
         "steps": 10, "delta_range": [0.01, 0.1], "name": "a,b", "flag": True}
     assert split_assignments("") == []
+
+
+def test_inference_benchmark_reuses_the_backbone_in_its_results_dir(tmp_path):
+    """A sampling-time method's FM-OT backbone comes from ``--results`` (as in a run),
+    not from a second fit in the default results directory."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PCGBENCH_DATA": str(tmp_path / "d"),
+           "PCGBENCH_RESULTS": str(tmp_path / "default"), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "inference_speed.py"), "--task", "burgers",
+         "--preset", "smoke", "--methods", "fm_ot", "pcfm", "--batch-size", "2",
+         "--repeats", "1", "--results", str(tmp_path / "r")],
+        capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not (tmp_path / "default").exists() or not any((tmp_path / "default").rglob("*.pt"))
+    assert len(list((tmp_path / "r").rglob("fm_ot/*.pt"))) == 1
