@@ -87,7 +87,7 @@ def write_benchmark_record(root: Path, kind: str, task: str, preset: str,
     """Write one side-by-side measurement (see the module docstring); returns its path."""
     stamp = environment.now().replace(":", "").replace("+", "p")
     path = (root / "benchmarks" / kind / task / preset
-            / f"{stamp}-{device.type}-{os.getpid()}.json")
+            / f"{stamp}-{metric}-{device.type}-{os.getpid()}.json")  # one file per metric
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {
         "kind": kind, "task": task, "preset": preset, "device_kind": device.type,

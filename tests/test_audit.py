@@ -190,3 +190,17 @@ def test_audit_cli(tmp_path, monkeypatch, capsys):
     csv = capsys.readouterr().out
     assert csv.splitlines()[0].startswith("id,quote,location,test,method,task,ours,verdict")
     assert main(["audit", "--preset", "nope"]) == 2
+
+
+def test_two_metrics_written_in_the_same_second_are_two_records(tmp_path):
+    """training_cost.py --record writes seconds_per_update and peak_mb back to back: the
+    second must not replace the first (it did: one file name per second and process)."""
+    import torch
+
+    from pcgbench.benchrecords import load_benchmark_records
+
+    for metric in ("seconds_per_update", "peak_mb"):
+        write_benchmark_record(tmp_path, "training_cost", "darcy", "cpu", torch.device("cpu"),
+                               metric, {"pmosfm": [1.0]}, {"pmosfm": "pmosfm"}, {}, {})
+    assert sorted(r["metric"] for r in load_benchmark_records(tmp_path)) == [
+        "peak_mb", "seconds_per_update"]
