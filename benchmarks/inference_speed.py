@@ -33,8 +33,15 @@ from tabulate import tabulate
 
 from pcgbench import environment
 from pcgbench.config import parse_assignments, split_assignments
-from pcgbench.method import RunContext
-from pcgbench.runner import RunOptions, _fit_or_load, _paths, build_method, build_task, run_key
+from pcgbench.runner import (
+    RunOptions,
+    _fit_or_load,
+    _paths,
+    build_method,
+    build_task,
+    run_context,
+    run_key,
+)
 from pcgbench.storage import results_dir
 from pcgbench.timing import synchronize
 
@@ -66,10 +73,8 @@ def main() -> None:
                           progress=True, overrides=overrides)
         task = build_task(opts)
         method = build_method(task, opts, device)
-        # as the runner does: the backbone of a sampling-time method is looked up (and
-        # reused) in --results, not fitted again in the default results directory
-        method.context = RunContext(seed=args.seed, preset=args.preset,
-                                    results_dir=args.results, progress=True)
+        # as in a run: a sampling-time method's backbone is reused from --results
+        method.context = run_context(opts)
         _, ckpt = _paths(results_dir(args.results), run_key(task, method, opts, device), None,
                          method.config)
         method, _, reused = _fit_or_load(method, task, ckpt, opts, device)

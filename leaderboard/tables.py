@@ -448,22 +448,17 @@ def backbone_notes(mean: pd.DataFrame, preset: str,
     if "wd" not in mean.index or "data" not in mean.columns:
         return []
     floor = mean.loc["wd", "data"]
-    notes = []
-    for bb in BACKBONES:
-        if bb not in mean.columns:
-            continue
-        wd = mean.loc["wd", bb]
-        if math.isnan(wd) or math.isnan(floor) or floor <= 0:
-            continue
-        ratio = wd / floor
-        if ratio > UNDERTRAINED_RATIO:
-            notes.append(f"note: the shared backbone {bb} is under-trained at preset {preset!r}:"
-                         f" WD {_fmt(wd)} = {ratio:.1f}x the data floor {_fmt(floor)} (> "
-                         f"{UNDERTRAINED_RATIO:g}x); every sampling-time method inherits it")
-    far = [(str(c), mean.loc["wd", c] / floor) for c in mean.columns
-           if c != "data" and c not in BACKBONES and (shown is None or c in shown)
-           and floor > 0 and not math.isnan(floor) and not math.isnan(mean.loc["wd", c])
-           and mean.loc["wd", c] / floor > UNDERTRAINED_RATIO]
+    if math.isnan(floor) or floor <= 0:
+        return []
+    ratios = {c: mean.loc["wd", c] / floor for c in mean.columns
+              if c != "data" and not math.isnan(mean.loc["wd", c])}
+    notes = [f"note: the shared backbone {bb} is under-trained at preset {preset!r}:"
+             f" WD {_fmt(mean.loc['wd', bb])} = {ratios[bb]:.1f}x the data floor "
+             f"{_fmt(floor)} (> {UNDERTRAINED_RATIO:g}x); every sampling-time method "
+             "inherits it"
+             for bb in BACKBONES if ratios.get(bb, 0.0) > UNDERTRAINED_RATIO]
+    far = [(str(c), r) for c, r in ratios.items()
+           if c not in BACKBONES and (shown is None or c in shown) and r > UNDERTRAINED_RATIO]
     if far:
         notes.append("note: WD above " + f"{UNDERTRAINED_RATIO:g}x the data floor at preset "
                      f"{preset!r} (these samples do not match the data's value distribution; "

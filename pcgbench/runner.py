@@ -266,6 +266,15 @@ def _guarded(name: str, phase: str, call: Any) -> Any:
                        "(--debug shows the traceback)") from exc
 
 
+def run_context(opts: RunOptions) -> RunContext:
+    """Where a run of ``opts`` fits: seed, preset, results and data directories (so a
+    method built on another finds that one's checkpoint there), partial checkpoints."""
+    every = (CHECKPOINT_EVERY.get(opts.preset, 0) if opts.checkpoint_every is None
+             else opts.checkpoint_every)
+    return RunContext(seed=opts.seed, preset=opts.preset, results_dir=opts.results_dir,
+                      data_dir=opts.data_dir, progress=opts.progress, checkpoint_every=every)
+
+
 def prepare(method: Method, device: torch.device | None = None) -> Method:
     """Inject the pretrained method ``method`` builds on (``pretrained_name``): fitted
     once per (task, task preset, seed) with its preset defaults and cached as that
@@ -613,11 +622,7 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     seed_everything(opts.seed)
     task = build_task(opts)
     method = build_method(task, opts, device)
-    every = (CHECKPOINT_EVERY.get(opts.preset, 0) if opts.checkpoint_every is None
-             else opts.checkpoint_every)
-    method.context = RunContext(seed=opts.seed, preset=opts.preset,
-                                results_dir=opts.results_dir, data_dir=opts.data_dir,
-                                progress=opts.progress, checkpoint_every=every)
+    method.context = run_context(opts)
     root = ensure_writable(default_results_dir(opts.results_dir))
     remove_orphan_temps(root)
     key = run_key(task, method, opts, device)
