@@ -472,6 +472,8 @@ MEMORY_KINDS = {
     "cuda_max_allocated": "CUDA max allocated during the fit",
     "cpu_peak_rss_delta": "CPU: growth of the process's peak resident set over the fit",
     "process_peak_rss": "CPU: the process's lifetime peak resident set (older records)",
+    "cpu_rss_delta_now": ("CPU: growth of the resident set at the end of the fit "
+                          "(a lower bound; this OS keeps no peak)"),
 }
 
 

@@ -83,27 +83,40 @@ _rss_baseline: int | None = None
 
 def reset_peak_memory(device: torch.device) -> None:
     """Start a peak-memory window: CUDA's peak statistics; on CPU (Linux) the process's
-    high-water mark VmHWM (``/proc/self/clear_refs`` 5) and the RSS at this moment."""
+    high-water mark VmHWM (``/proc/self/clear_refs`` 5) and the RSS at this moment. Where
+    the reset does not take (VmHWM still above the RSS afterwards, as in some sandboxes)
+    the window is not started and :func:`peak_memory_mb` says so."""
     global _rss_baseline
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
+    _rss_baseline = None
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        _rss_baseline = _status_kib("VmRSS")
     except OSError:
-        _rss_baseline = None
+        return
+    hwm, rss = _status_kib("VmHWM"), _status_kib("VmRSS")
+    if hwm is not None and rss is not None and hwm <= rss + _SLACK_KIB:
+        _rss_baseline = rss
+
+
+#: KiB of disagreement between VmHWM and VmRSS read a moment apart that is not a fault
+_SLACK_KIB = 4096
 
 
 def peak_memory_mb(device: torch.device) -> tuple[float, str]:
     """(peak MiB since :func:`reset_peak_memory`, what was measured): CUDA max allocated
     on GPU ("cuda_max_allocated"); on CPU the growth of the process's resident set over
-    the window, VmHWM - RSS at the reset ("cpu_peak_rss_delta"), or -- where the peak
-    cannot be reset -- the process's lifetime peak RSS ("process_peak_rss")."""
+    the window, VmHWM - RSS at the reset ("cpu_peak_rss_delta"); where the kernel does not
+    keep VmHWM up to date (below the RSS now), the RSS now - RSS at the reset, a lower
+    bound ("cpu_rss_delta_now"); where the peak cannot be reset, the process's lifetime
+    peak RSS ("process_peak_rss")."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
-    hwm = _status_kib("VmHWM")
-    if _rss_baseline is not None and hwm is not None:
-        return max(hwm - _rss_baseline, 0) / 1024, "cpu_peak_rss_delta"
+    hwm, rss = _status_kib("VmHWM"), _status_kib("VmRSS")
+    if _rss_baseline is not None and hwm is not None and rss is not None:
+        if hwm + _SLACK_KIB < rss:
+            return max(rss - _rss_baseline, 0) / 1024, "cpu_rss_delta_now"
+        return max(max(hwm, rss) - _rss_baseline, 0) / 1024, "cpu_peak_rss_delta"
     return peak_rss_mb(), "process_peak_rss"

@@ -146,15 +146,20 @@ def test_a_reused_checkpoint_records_no_training_memory(tmp_path):
 
 
 def test_cpu_peak_memory_is_the_growth_over_the_window():
-    from pcgbench.timing import peak_memory_mb, reset_peak_memory
+    from pcgbench.timing import _status_kib, peak_memory_mb, reset_peak_memory
 
     cpu = torch.device("cpu")
     reset_peak_memory(cpu)
     before, kind = peak_memory_mb(cpu)
-    if kind != "cpu_peak_rss_delta":
+    if kind == "process_peak_rss":
         pytest.skip("the peak RSS cannot be reset on this OS")
+    rss0 = _status_kib("VmRSS")
     x = torch.ones(25_000_000)  # ~95 MiB, touched
-    grown, _ = peak_memory_mb(cpu)
+    rss1 = _status_kib("VmRSS")
+    if rss0 is None or rss1 is None or rss1 - rss0 < 80 * 1024:
+        pytest.skip("this OS does not report the touched tensor in VmRSS")
+    grown, kind = peak_memory_mb(cpu)
+    assert kind in ("cpu_peak_rss_delta", "cpu_rss_delta_now")
     del x
     assert grown - before > 80
     reset_peak_memory(cpu)
