@@ -29,15 +29,17 @@ from tabulate import tabulate
 from pcgbench import environment
 from pcgbench.config import apply_overrides, parse_assignments
 from pcgbench.method import RunContext
+from pcgbench.presets import data_preset
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.runner import evaluate, seed_everything
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,
           batch: int, overrides: dict | None = None, normalizer: str | None = None,
-          params: dict | None = None, method_name: str | None = None) -> list[dict]:
+          params: dict | None = None, method_name: str | None = None,
+          device: torch.device | None = None) -> list[dict]:
     task_cls = TASKS.get(task_name)
-    task_params = task_cls.params_for(preset)
+    task_params = task_cls.params_for(data_preset(preset))
     if params:
         task_params = dataclasses.replace(task_params, **params)
     task = task_cls(preset=preset, data_dir=data_dir, progress=False, params=task_params)
@@ -47,7 +49,7 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
     cls = METHODS.get(name)
     seed_everything(seed)
     config = apply_overrides(cls.Config.for_preset(preset), dict(overrides or {}))
-    method = cls(task, config.replace(iterations=max(checkpoints)), "cpu")
+    method = cls(task, config.replace(iterations=max(checkpoints)), device or "cpu")
     method.context = RunContext(seed=seed, preset=preset, progress=False)
     test, val = task.dataset("test"), task.dataset("val")
     floor = evaluate(task, val.x, test.x, val.cond, test.cond)
@@ -69,7 +71,7 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
         chunks = []
         for i in range(0, len(test), batch):
             c = None if test.cond is None else test.cond[i:i + batch]
-            chunks.append(method.sample(c, min(batch, len(test) - i), gen))
+            chunks.append(method.sample(c, min(batch, len(test) - i), gen).cpu())
         m = evaluate(task, torch.cat(chunks), test.x, test.cond, test.cond)
         method.net.train()
         if live is not None:
@@ -83,6 +85,8 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
         for key in ("re", "js", "mmse", "smse"):
             if key in m:
                 row[key] = m[key]
+                if key in ("mmse", "smse") and "wd" not in m and key in floor:
+                    row[f"{key} floor"] = floor[key]  # the suite's metrics, no WD
         rows.append(row)
         print(tabulate([row], headers="keys", floatfmt=".4g"), flush=True)
         clock["t0"] = time.perf_counter()
@@ -108,6 +112,7 @@ def main() -> None:
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--checkpoints", nargs="+", type=int, default=[100, 200, 400, 800, 1600])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu (default), cuda[:i] or auto")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--method", default=None,
@@ -121,13 +126,14 @@ def main() -> None:
                     help="backbone config overrides, e.g. --set backbone.width=32")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"machine: {environment.device_description(torch.device('cpu'))}; preset "
+    device = environment.resolve_device(args.device)
+    print(f"machine: {environment.device_description(device)}; preset "
           f"{args.preset}; seed {args.seed}; checkpoints {args.checkpoints}", flush=True)
     rows = []
     for t in args.tasks or TASKS.names():
         rows += curve(t, args.preset, sorted(args.checkpoints), args.seed, args.data_dir,
                       args.batch_size, parse_assignments(args.set), args.normalizer,
-                      parse_assignments(args.params), args.method)
+                      parse_assignments(args.params), args.method, device)
     print()
     print(tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
 

@@ -21,14 +21,20 @@
 # checkout is installed from source (pip install --no-deps --no-build-isolation).
 # --cpu-only: the same steps without a GPU at the smoke preset (a dry run of the script:
 # the CUDA tests report skipped), taking a few minutes on a laptop.
+# --converge: instead of the steps above, the `gpu` preset's convergence check (a second
+# device call, <= 9 minutes): benchmarks/backbone_convergence.py --preset gpu on CUDA,
+# the shared FM-OT backbone on burgers, darcy and kolmogorov at 2,500 / 5,000 / 10,000
+# updates, WD / the data floor per checkpoint (the preset's target: <= 2x).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels="$root/.whl"
 out_dir=${OUT:-}
 cpu_only=0
+converge=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpu-only) cpu_only=1 ;;
+        --converge) converge=1 ;;
         --wheels) wheels=$(cd "$2" && pwd); shift ;;
         --out) out_dir=$2; shift ;;
         *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
@@ -93,6 +99,26 @@ step() {  # step NAME LIMIT_S CMD...: run with a time limit; output to $out_dir/
     return 0
 }
 
+if [ "$converge" = 1 ]; then
+    # the tasks one after another, each with its own limit, so a slow one loses only itself
+    for t in burgers darcy kolmogorov; do
+        if [ "$cpu_only" = 1 ]; then  # a dry run of this mode
+            step "converge_$t" 170 python3 "$root/benchmarks/backbone_convergence.py" \
+                --tasks "$t" --preset smoke --device cpu --checkpoints 10 30
+        else
+            step "converge_$t" 170 python3 "$root/benchmarks/backbone_convergence.py" \
+                --tasks "$t" --preset gpu --device "$device" --checkpoints 2500 5000 10000
+        fi
+    done
+    echo
+    echo "================ gpu preset convergence ($(( $(date +%s) - t_start )) s)"
+    cat "$summary"
+    for t in burgers darcy kolmogorov; do
+        grep -E "^\| *$t" "$out_dir/converge_$t.log" || echo "$t: no table (see converge_$t.log)"
+    done
+    exit 0
+fi
+
 PYTEST=(python3 -m pytest -m cuda -q -p no:cacheprovider --rootdir "$root" -c "$root/pyproject.toml")
 PCGBENCH_CUDA_MATRIX=families step cuda_tests "${limits[0]}" "${PYTEST[@]}" \
     "$root/tests/test_cuda.py" "$root/tests/test_capture.py"
@@ -101,7 +127,7 @@ if [ "$cpu_only" = 1 ]; then
         --preset smoke --device cpu --quiet
 else
     step design_card "${limits[1]}" python3 -m pcgbench run --task burgers --method pmosfm \
-        --quiet
+        --preset cpu --quiet
 fi
 step inference "${limits[2]}" bash -c "for t in burgers darcy; do python3 '$root/benchmarks/inference_speed.py' --task \$t --preset $preset --batch-size 64 --device $device --methods fm_ot pmosfm pmosfm:sample_decode=exact || exit 1; done"
 step training_cost "${limits[3]}" python3 "$root/benchmarks/training_cost.py" --task darcy burgers \

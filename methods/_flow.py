@@ -22,6 +22,8 @@ def preset_backbone(preset: str) -> BackboneConfig:
     return {
         "smoke": BackboneConfig(kind="fno", width=8, modes=4, layers=2, embed_dim=16),
         "cpu": BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32),
+        # the cpu network on the cpu data, trained longer (PRESET_RECIPE)
+        "gpu": BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32),
         "paper": BackboneConfig(kind="fno", width=64, modes=32, layers=4, embed_dim=128),
     }[preset]
 
@@ -54,6 +56,9 @@ class PresetRecipe:
 PRESET_RECIPE = {
     "smoke": PresetRecipe(30, 16, warmup=3),
     "cpu": PresetRecipe(3000, 32, warmup=100),
+    # 6.7x the cpu budget's samples; the measure of "enough" is the device run of
+    # benchmarks/backbone_convergence.py --preset gpu (docs/protocols.md)
+    "gpu": PresetRecipe(10000, 64, warmup=250),
     "paper": PresetRecipe(20000, 64, warmup=500),
 }
 

@@ -74,7 +74,7 @@ class PCFTConfig(MethodConfig):
             return cls(iterations=200)
         # a 100-step rollout + adjoint costs ~300 network passes per update, too much for
         # a 2-core CPU: `smoke`/`cpu` roll out on 20 steps with 8 random loss times
-        return cls(iterations={"smoke": 2, "cpu": 20}[preset], steps=20, n_random=8)
+        return cls(iterations={"smoke": 2, "cpu": 20, "gpu": 60}[preset], steps=20, n_random=8)
 
 
 def eta(t: torch.Tensor) -> torch.Tensor:

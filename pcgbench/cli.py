@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", required=True, help=_names(METHODS, "method"))
     p.add_argument("--seed", type=int, nargs="+", default=[0],
                    help="one run per seed (default 0)")
-    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--preset", default=None,
+                   help=f"one of {', '.join(PRESETS)} (default: gpu where --device resolves "
+                   "to CUDA, else cpu)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda[:i]")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a method config field, e.g. --set iterations=200")
@@ -162,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", nargs="+", default=None, help="default: every task")
     p.add_argument("--methods", nargs="+", default=None, help="default: every method")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--preset", default=None,
+                   help=f"one of {', '.join(PRESETS)} (default: gpu where --device resolves "
+                   "to CUDA, else cpu)")
     p.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
                    help="local: subprocesses on this machine; slurm: one SLURM job per run; "
                    "debug: in this process (sequential)")
@@ -264,6 +268,17 @@ def cmd_list(args: argparse.Namespace) -> None:
             print(f"  {line}" if args.what == "all" else line)
 
 
+def _default_preset(args: argparse.Namespace) -> None:
+    """Fill ``args.preset`` when not given: ``gpu`` where ``--device`` resolves to CUDA
+    (said on the first line), else ``cpu``."""
+    if args.preset is None:
+        from pcgbench.presets import DEFAULT_PRESET, default_preset
+
+        args.preset, why = default_preset(args.device)
+        if args.preset != DEFAULT_PRESET:
+            print(f"preset {args.preset} ({why}; --preset cpu for the CPU preset)")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Runs every seed; exit code 1 when any run is recorded as failed (diverged or
     invalid), 0 otherwise."""
@@ -271,6 +286,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pcgbench.runner import RunOptions, run
 
     overrides = parse_assignments(args.set)
+    _default_preset(args)
     failed = 0
     for seed in args.seed:
         opts = RunOptions(
@@ -618,6 +634,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from pcgbench.storage import ensure_writable, results_dir
     from pcgbench.sweep import ExecutorOptions, default_cpus_per_job, plan, sweep
 
+    _default_preset(args)
     check_preset(args.preset)
     if args.max_parallel < 1:
         raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from pcgbench.log import generating, logger
+from pcgbench.presets import data_preset
 from pcgbench.storage import atomic_write, config_hash, data_dir
 from pcgbench.task import SPLITS, FieldData, Task
 
@@ -36,7 +37,7 @@ def cache_path(task: Task, split: str) -> Path:
     if task.data_version:  # only when set, so existing caches keep their names
         meta["data_version"] = task.data_version
     root = data_dir(task.data_dir)
-    return root / task.name / f"{split}-{task.preset}-{config_hash(meta)}.h5"
+    return root / task.name / f"{split}-{data_preset(task.preset)}-{config_hash(meta)}.h5"
 
 
 def _read(path: Path, task: Task, split: str) -> FieldData:
@@ -94,7 +95,7 @@ def _write(path: Path, task: Task, split: str, data: FieldData) -> None:
                 f.create_dataset("cond", data=cond)
             f.attrs["task"] = task.name
             f.attrs["split"] = split
-            f.attrs["preset"] = task.preset
+            f.attrs["preset"] = data_preset(task.preset)
             f.attrs["params"] = json.dumps(task.params_dict(), default=str)
             f.attrs["checksum"] = _checksum([x] if cond is None else [x, cond])
             f.attrs["version"] = CACHE_VERSION

@@ -1,4 +1,6 @@
-"""The three presets: ``smoke`` (seconds, tests), ``cpu`` (default), ``paper`` (GPU)."""
+"""The presets: ``smoke`` (seconds, tests), ``cpu`` (default), ``gpu`` (one GPU: the
+``cpu`` data with a longer training budget; the default where CUDA is present) and
+``paper`` (the paper's grids and budgets)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,31 @@ from pcgbench.errors import UnknownNameError
 PRESETS: dict[str, str] = {
     "smoke": "seconds per run; tiny grids and budgets, used by the tests",
     "cpu": "the default; minutes per run on a 2-core CPU, large enough to separate methods",
+    "gpu": "one GPU: the cpu preset's grids and data with a longer training budget "
+           "(10,000 updates of 64); the default of `run` when CUDA is present",
     "paper": "the paper's grids and budgets; meant for a GPU",
 }
 DEFAULT_PRESET = "cpu"
+#: the default of ``run --device auto`` (or ``cuda``) on a machine with CUDA
+DEFAULT_GPU_PRESET = "gpu"
+#: presets whose task data (grids, split sizes, solver settings) are another preset's:
+#: ``gpu`` trains longer on exactly the ``cpu`` data (the same cached files)
+DATA_PRESET: dict[str, str] = {"gpu": "cpu"}
+
+
+def data_preset(preset: str) -> str:
+    """The preset whose task parameters ``preset`` uses (itself, or ``DATA_PRESET``'s)."""
+    return DATA_PRESET.get(preset, preset)
+
+
+def default_preset(device: str) -> tuple[str, str]:
+    """(the preset a run without ``--preset`` takes on ``device``, why): ``gpu`` where
+    the run's device resolves to CUDA, else ``cpu``."""
+    from pcgbench.environment import resolve_device
+
+    if resolve_device(device).type == "cuda":
+        return DEFAULT_GPU_PRESET, "CUDA present and no --preset given"
+    return DEFAULT_PRESET, "the default"
 
 
 def check_preset(preset: str) -> str:

@@ -37,7 +37,7 @@ PAPER_METHODS = frozenset({"fm_ot", "cocogen", "pidm", "diffusionpde", "dflow", 
                            "pbfm", "pmosfm"})
 DEFAULT_NFE = 20
 #: presets at which the protocol is applied
-APPLIED_PRESETS = frozenset({"paper", "cpu"})
+APPLIED_PRESETS = frozenset({"paper", "cpu", "gpu"})
 
 
 @dataclass(frozen=True)

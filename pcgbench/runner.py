@@ -345,7 +345,7 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
 
 
 #: partial training checkpoints (``--checkpoint-every``) per preset: none at smoke
-CHECKPOINT_EVERY = {"smoke": 0, "cpu": 200, "paper": 1000}
+CHECKPOINT_EVERY = {"smoke": 0, "cpu": 200, "gpu": 500, "paper": 1000}
 
 
 def partial_checkpoint(ckpt: Path) -> Path:
@@ -466,7 +466,7 @@ def _json_safe(x: Any) -> Any:
 
 
 #: samples kept per run by default (``--save-samples N`` overrides; 0 keeps none)
-SAVED_SAMPLES = {"smoke": 0, "cpu": 64, "paper": 64}
+SAVED_SAMPLES = {"smoke": 0, "cpu": 64, "gpu": 64, "paper": 64}
 
 
 def loss_curve(losses: list[float], points: int = 200) -> list[list[float]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.presets import check_preset
+from pcgbench.presets import check_preset, data_preset
 
 if TYPE_CHECKING:
     from pcgbench.charts.base import Chart
@@ -30,6 +30,7 @@ SPLITS = ("train", "val", "test")
 PRESET_REGIME = {
     "smoke": "smoke preset: toy sizes for tests, not results",
     "cpu": "cpu preset: grids, data sizes and training budgets far below the paper's",
+    "gpu": "gpu preset: the cpu preset's grids and data, a longer training budget",
     "paper": "paper preset: the paper's grids and budgets",
 }
 
@@ -303,7 +304,7 @@ class Task(ABC):
         shape = cls(preset=preset, progress=False).spec.field_shape
         source = (f"a published file via --data-file ({Path(data_file).name})" if data_file
                   else cls.data_source)
-        note = cls.provenance_notes.get(preset)
+        note = cls.provenance_notes.get(preset, cls.provenance_notes.get(data_preset(preset)))
         return (f"{source}; stored fields {' x '.join(map(str, shape))} (channels first) vs "
                 f"the paper's {cls.paper_data}" + (f"; {note}" if note else "")
                 + f"; {PRESET_REGIME.get(preset, preset)}")
@@ -321,7 +322,8 @@ class Task(ABC):
         params: Any | None = None,
     ):
         self.preset = check_preset(preset)
-        self.params = params if params is not None else self.params_for(self.preset)
+        self.params = (params if params is not None
+                       else self.params_for(data_preset(self.preset)))
         self.data_dir = data_dir
         self.data_file = data_file
         self.progress = progress

@@ -1,0 +1,69 @@
+"""The ``gpu`` preset: the ``cpu`` data and network with a longer training budget, and
+the default of ``run``/``sweep`` where the device resolves to CUDA."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+import torch
+
+from pcgbench.methods._flow import PRESET_RECIPE
+from pcgbench.presets import PRESETS, data_preset, default_preset
+from pcgbench.registry import METHODS, TASKS
+
+BUDGET_FIELDS = {"iterations", "batch_size", "warmup"}
+
+
+def test_gpu_is_a_preset_with_the_cpu_data():
+    assert "gpu" in PRESETS and data_preset("gpu") == "cpu"
+    assert all(data_preset(p) == p for p in ("smoke", "cpu", "paper"))
+    gpu, cpu = PRESET_RECIPE["gpu"], PRESET_RECIPE["cpu"]
+    assert gpu.iterations * gpu.batch_size > 5 * cpu.iterations * cpu.batch_size
+
+
+@pytest.mark.parametrize("name", TASKS.names())
+def test_every_task_at_gpu_has_the_cpu_parameters_and_cache_file(name, tmp_path):
+    from pcgbench.datacache import cache_path
+    from pcgbench.task import PRESET_REGIME
+
+    cls = TASKS.get(name)
+    gpu = cls(preset="gpu", progress=False, data_dir=tmp_path)
+    cpu = cls(preset="cpu", progress=False, data_dir=tmp_path)
+    assert gpu.params == cpu.params and gpu.spec == cpu.spec
+    assert cache_path(gpu, "train") == cache_path(cpu, "train")
+    line = cls.provenance("gpu")
+    assert line.endswith(PRESET_REGIME["gpu"])
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_method_at_gpu_is_its_cpu_config_trained_longer(name):
+    cls = METHODS.get(name)
+    gpu = dataclasses.asdict(cls.Config.for_preset("gpu"))
+    cpu = dataclasses.asdict(cls.Config.for_preset("cpu"))
+    differ = {k for k in gpu if gpu[k] != cpu[k]}
+    assert differ <= BUDGET_FIELDS, differ
+    if "iterations" in differ:
+        assert gpu["iterations"] > cpu["iterations"]
+
+
+def test_run_without_preset_picks_gpu_where_cuda_resolves(monkeypatch, capsys):
+    from pcgbench.cli import _default_preset
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_preset("auto")[0] == "cpu"
+    args = argparse.Namespace(preset=None, device="auto")
+    _default_preset(args)
+    assert args.preset == "cpu" and capsys.readouterr().out == ""
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_preset("auto") == ("gpu", "CUDA present and no --preset given")
+    assert default_preset("cpu")[0] == "cpu"
+    args = argparse.Namespace(preset=None, device="auto")
+    _default_preset(args)
+    assert args.preset == "gpu"
+    assert capsys.readouterr().out.startswith("preset gpu (CUDA present")
+    given = argparse.Namespace(preset="cpu", device="auto")
+    _default_preset(given)
+    assert given.preset == "cpu"
