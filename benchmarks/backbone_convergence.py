@@ -31,7 +31,7 @@ from pcgbench.config import apply_overrides, parse_assignments
 from pcgbench.method import RunContext
 from pcgbench.presets import data_preset
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import evaluate, seed_everything
+from pcgbench.runner import evaluate, recipe_overrides, seed_everything
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,
@@ -48,7 +48,9 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
     name = method_name or ("ffm" if task.spec.zero_shot else "fm_ot")
     cls = METHODS.get(name)
     seed_everything(seed)
-    config = apply_overrides(cls.Config.for_preset(preset), dict(overrides or {}))
+    # the preset's defaults with the task's recipe departures (as a run takes), then --set
+    config = apply_overrides(cls.Config.for_preset(preset),
+                             {**recipe_overrides(task, cls, preset), **dict(overrides or {})})
     method = cls(task, config.replace(iterations=max(checkpoints)), device or "cpu")
     method.context = RunContext(seed=seed, preset=preset, progress=False)
     test, val = task.dataset("test"), task.dataset("val")

@@ -487,6 +487,11 @@ def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
     lines = []
     if (cls := TASKS.lookup(task)) is not None and hasattr(cls, "provenance"):
         lines.append(f"data: {cls.provenance(preset)}")
+        if recipe := getattr(cls, "recipe_overrides", {}).get(preset):
+            lines.append("training: every method trained from scratch takes "
+                         + ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                                     for k, v in recipe.items())
+                         + " on this task instead of the preset recipe's (docs/protocols.md)")
     for metric, note in (getattr(cls, "metric_notes", None) or {}).items():
         if mean is None or metric in mean.index:  # how to read a metric on this task
             lines.append(f"{metric}: {note}")

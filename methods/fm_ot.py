@@ -79,6 +79,7 @@ class FMOT(Method):
     description = "flow matching, conditional OT path, Euler sampling (Lipman et al. 2022)"
     #: 1: trained on the preset recipe (cosine lr after warm-up, sampled EMA weights)
     version = 1
+    preset_recipe = True
 
     def __init__(self, task: Task, config: FMOTConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)

@@ -192,6 +192,7 @@ class PBFM(Method):
     #: with a per-sample t everywhere)
     #: 2: the preset recipe's cosine lr after warm-up and its budget
     version = 2
+    preset_recipe = True
 
     def __init__(self, task: Task, config: PBFMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)

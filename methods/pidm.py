@@ -117,6 +117,7 @@ class PIDM(Method):
     description = "PIDM: DDPM + residual likelihood of the x0-estimate (Bastek et al. 2025)"
     #: 1: the preset recipe's cosine lr after warm-up and its budget
     version = 1
+    preset_recipe = True
 
     def __init__(self, task: Task, config: PIDMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)

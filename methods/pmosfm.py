@@ -187,6 +187,7 @@ class PMosFM(Method):
     #: term, the chart's decoder at sampling); the former defaults are ``pmosfm_tuned``
     #: 2: the preset recipe (cosine lr after warm-up, EMA 0.999) and FM-OT's budget
     version = 2
+    preset_recipe = True
 
     def __init__(self, task: Task, config: PMosFMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)

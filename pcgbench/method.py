@@ -104,6 +104,9 @@ class Method(ABC):
     #: (a bug fix): it is part of the checkpoint's and the record's identity, so stale
     #: checkpoints are refitted and older records are left out of the leaderboard
     version: ClassVar[int] = 0
+    #: trained from scratch with the preset recipe (``methods._flow.PRESET_RECIPE``): takes
+    #: the task's ``recipe_overrides`` too
+    preset_recipe: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -104,14 +104,24 @@ def build_task(opts: RunOptions) -> Task:
     )
 
 
+def recipe_overrides(task: Task, method_cls: type[Method], preset: str) -> dict[str, Any]:
+    """The task's departures from the preset recipe (``Task.recipe_overrides``) for a
+    method trained from scratch with it; none for the others."""
+    if not method_cls.preset_recipe:
+        return {}
+    return dict(type(task).recipe_overrides.get(preset, {}))
+
+
 def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
     method_cls = METHODS.get(opts.method)
     reason = method_cls.unsupported_reason(task)
     if reason:
         raise UnsupportedError(reason)
     config = method_cls.Config.for_preset(opts.preset)
-    # the paper's sampler settings for this (task, method), then the user's --set
-    overrides = {**protocol_overrides(task.name, method_cls, opts.preset), **opts.overrides}
+    # the task's recipe departures, the paper's sampler settings for this (task, method),
+    # then the user's --set
+    overrides = {**recipe_overrides(task, method_cls, opts.preset),
+                 **protocol_overrides(task.name, method_cls, opts.preset), **opts.overrides}
     if opts.chart is not None:
         overrides["chart"] = opts.chart
     config = apply_overrides(config, overrides)
@@ -162,7 +172,8 @@ def default_config(task: Task, method_cls: type[Method], preset: str) -> Any:
     """The config of a method's default leaderboard column: the preset's defaults with
     the sampling protocol applied (no --set, --chart or --data-file)."""
     return apply_overrides(method_cls.Config.for_preset(preset),
-                           protocol_overrides(task.name, method_cls, preset))
+                           {**recipe_overrides(task, method_cls, preset),
+                            **protocol_overrides(task.name, method_cls, preset)})
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -278,6 +278,11 @@ class Task(ABC):
     #: how fields are normalized for training (``NORMALIZERS``): "channel" (per-channel
     #: standardization) or "mean_mode" (the spatial mean scaled separately)
     normalizer_kind: ClassVar[str] = "channel"
+    #: per preset, config fields of the preset recipe (``methods._flow.PRESET_RECIPE``)
+    #: that every method trained from scratch on this task takes instead (e.g.
+    #: ``{"cpu": {"lr": 3e-4}}``), measured with benchmarks/backbone_convergence.py and
+    #: documented in docs/protocols.md; ``--set`` still wins
+    recipe_overrides: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     #: names of the axes of ``field_shape[1:]`` (figures label them: ``("t", "x")`` for a
     #: space-time field); None = ``("x", "y", "z")[:dims]`` (arrays indexed ``ij``)
     field_axes: ClassVar[tuple[str, ...] | None] = None

@@ -67,3 +67,40 @@ def test_run_without_preset_picks_gpu_where_cuda_resolves(monkeypatch, capsys):
     given = argparse.Namespace(preset="cpu", device="auto")
     _default_preset(given)
     assert given.preset == "cpu"
+
+
+def test_a_task_recipe_override_reaches_every_recipe_trained_method_only():
+    """kf_generation's lr (Task.recipe_overrides) reaches the methods trained from
+    scratch with the preset recipe -- in a run and in the default column alike -- and
+    no other method; --set wins."""
+    from pcgbench.runner import RunOptions, build_method, default_config
+
+    task = TASKS.get("kf_generation")(preset="cpu", progress=False)
+    lr = task.recipe_overrides["cpu"]["lr"]
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        if cls.unsupported_reason(task):
+            continue
+        method = build_method(task, RunOptions(task="kf_generation", method=name,
+                                               preset="cpu"), torch.device("cpu"))
+        assert method.config == default_config(task, cls, "cpu")
+        cfg_lr = getattr(method.config, "lr", None)
+        if cls.preset_recipe:
+            assert cfg_lr == lr, name
+        else:
+            assert cfg_lr == getattr(cls.Config.for_preset("cpu"), "lr", None), name
+    forced = build_method(task, RunOptions(task="kf_generation", method="fm_ot",
+                                           preset="cpu", overrides={"lr": 1e-3}),
+                          torch.device("cpu"))
+    assert forced.config.lr == 1e-3
+    smoke = TASKS.get("kf_generation")(preset="smoke", progress=False)
+    assert build_method(smoke, RunOptions(task="kf_generation", method="fm_ot",
+                                          preset="smoke"), torch.device("cpu")).config.lr == 1e-3
+
+
+def test_the_table_says_when_a_task_departs_from_the_recipe():
+    from leaderboard.tables import table_notes
+
+    assert any(line.startswith("training:") and "lr = 0.0003" in line
+               for line in table_notes("kf_generation", "cpu", {}))
+    assert not any(line.startswith("training:") for line in table_notes("darcy", "cpu", {}))
