@@ -139,8 +139,19 @@ class DarcySolverChart(SolverDecoderChart):
         torch on a GPU), ~5x faster than K = 128 CG iterations at 32 x 32 on CPU; the two
         differ by 2.4e-5 (rel. L2) on the `cpu` test fields, the CG residual being the
         larger.  Differentiable: the gradient is the implicit (adjoint) one, one more
-        solve with the same factors instead of back-propagating through K iterations."""
-        p = darcy2d.pressure_direct(torch.exp(y[:, 0]), self.f)
+        solve with the same factors instead of back-propagating through K iterations.
+        A row whose permeability exp(y) is not finite (a diverging fit) decodes to NaN
+        pressure, as the CG decoder's does, so the caller's non-finite checks name it."""
+        k = torch.exp(y[:, 0])
+        ok = torch.isfinite(k).flatten(1).all(1)
+        if bool(ok.all()):
+            p = darcy2d.pressure_direct(k, self.f)
+        else:
+            p = torch.full(k.shape, float("nan"), dtype=k.dtype, device=k.device)
+            rows = ok.nonzero().flatten()
+            if len(rows):
+                good = darcy2d.pressure_direct(k[rows], self.f)
+                p = p.to(good.dtype).index_copy(0, rows, good)
         return torch.cat([p[:, None], torch.exp(y)], dim=1)
 
     def encode(self, x: torch.Tensor, cond: Cond = None) -> torch.Tensor:

@@ -297,3 +297,22 @@ def test_banded_direct_solve_matches_superlu_and_is_the_cg_decoders_limit(tmp_pa
     assert errs[1] < errs[0] and errs[1] < 1e-3
     chart = task.solver_chart(calibrate=False).double()
     assert float(chart.residual(exact).abs().max()) < 1e-9
+
+
+def test_exact_decoder_names_a_diverged_row_with_nan_as_the_cg_decoder_does(tmp_path):
+    """A coordinate row whose permeability overflows (a diverging fit) decodes to NaN
+    pressure instead of aborting the batch; the other rows equal their own decode and
+    keep their gradient (so the fit's non-finite loss check records it as diverged)."""
+    from pcgbench.tasks.darcy import DarcyTask
+
+    task = DarcyTask("smoke", data_dir=tmp_path, progress=False)
+    chart = task.solver_chart(calibrate=False)
+    y = torch.log(task.dataset("test").x[:3, 1:2]).clone()
+    alone = chart.decode_exact(y[[0, 2]])
+    y[1, 0, 0, 0] = 200.0  # exp overflows float32
+    y.requires_grad_(True)
+    out = chart.decode_exact(y)
+    assert torch.isnan(out[1, 0]).all()
+    assert torch.allclose(out[[0, 2]], alone.to(out.dtype))
+    out[[0, 2]].sum().backward()
+    assert torch.isfinite(y.grad[[0, 2]]).all() and float(y.grad[[0, 2]].abs().sum()) > 0
