@@ -538,7 +538,8 @@ def cmd_audit(args: argparse.Namespace) -> None:
 
     check_preset(args.preset)
     root = results_dir(args.results)
-    rows = audit_rows(load_records(root), args.preset, args.device,
+    records = load_records(root)
+    rows = audit_rows(records, args.preset, args.device,
                       load_benchmark_records(root), args.method)
     df = pd.DataFrame(rows)
     if args.format == "csv":
@@ -558,6 +559,11 @@ def cmd_audit(args: argparse.Namespace) -> None:
         line = df.loc[df["task"] == task, "provenance"].iloc[0]
         if line:
             print(f"data ({task}): {line}")
+    from pcgbench.leaderboard.tables import failed_notes
+
+    failed = failed_notes(records, set(df["task"]), args.preset)
+    if failed:  # the runs no verdict counted: a seed that failed is a fact, not a gap
+        print("\n" + "\n".join(failed))
 
 
 def cmd_data(args: argparse.Namespace) -> None:

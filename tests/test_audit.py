@@ -182,10 +182,15 @@ def test_audit_cli(tmp_path, monkeypatch, capsys):
     folder.mkdir(parents=True)
     for i, r in enumerate(_all([1.0, 1.01, 0.99], [2.0, 2.02, 1.98])):
         (folder / f"{i}.json").write_text(json.dumps(r))
+    failed = {**_rec("pmosfm", seed=3, wd=9.0), "status": "diverged",
+              "status_reason": "loss became non-finite at update 99"}
+    (folder / "failed.json").write_text(json.dumps(failed))
     assert main(["audit", "--preset", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "Welch's t-test" in out and "> Experiments across benchmarks show lower" in out
     assert "## contrib_distribution" in out
+    # a failed seed counts in no verdict and is named under the audit
+    assert "burgers/pmosfm seed 3 [cpu] -- diverged: loss became non-finite" in out
     assert main(["audit", "--preset", "cpu", "--format", "csv"]) == 0
     csv = capsys.readouterr().out
     assert csv.splitlines()[0].startswith("id,quote,location,test,method,task,ours,verdict")
