@@ -86,9 +86,10 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
         for i in range(0, len(test), batch):
             c = None if test.cond is None else test.cond[i:i + batch]
             chunks.append(method.sample(c, min(batch, len(test) - i), gen).cpu())
-        m = evaluate(task, torch.cat(chunks), test.x, test.cond, test.cond)
+        samples = torch.cat(chunks)
+        m = evaluate(task, samples, test.x, test.cond, test.cond)
         if pooled:
-            m["wd"] = wasserstein1(torch.cat(chunks), test.x)
+            m["wd"] = wasserstein1(samples, test.x)
         method.net.train()
         if live is not None:
             method.net.load_state_dict(live)

@@ -19,11 +19,11 @@ Velocity = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 
 def preset_backbone(preset: str) -> BackboneConfig:
     """The shared backbone size per preset (used by every flow method for fairness)."""
+    cpu = BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32)
     return {
         "smoke": BackboneConfig(kind="fno", width=8, modes=4, layers=2, embed_dim=16),
-        "cpu": BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32),
-        # the cpu network on the cpu data, trained longer (PRESET_RECIPE)
-        "gpu": BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32),
+        "cpu": cpu,
+        "gpu": cpu,  # the cpu network on the cpu data, trained longer (PRESET_RECIPE)
         "paper": BackboneConfig(kind="fno", width=64, modes=32, layers=4, embed_dim=128),
     }[preset]
 

@@ -272,7 +272,7 @@ def _default_preset(args: argparse.Namespace) -> None:
     """Fill ``args.preset`` when not given: ``gpu`` where ``--device`` resolves to CUDA
     (said on the first line), else ``cpu``."""
     if args.preset is None:
-        from pcgbench.presets import DEFAULT_PRESET, default_preset
+        from pcgbench.presets import default_preset
 
         args.preset, why = default_preset(args.device)
         if args.preset != DEFAULT_PRESET:
