@@ -46,6 +46,8 @@ def stale_reason(record: dict) -> str | None:
     now: dict[str, int] = {}
     if (task := TASKS.lookup(str(record.get("task")))) is not None:
         now.update(task=task.version, data=task.data_version)
+        if record.get("method") == "data":
+            now["reference"] = task.reference_version()
     if (method := METHODS.lookup(str(record.get("method")))) is not None:
         now["method"] = method.version
     for name in [k.split(":", 1)[1] for k in have if k.startswith("pretrained:")] + (
@@ -183,6 +185,11 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
             if vals:
                 mean.loc[row, m] = statistics.fmean(vals)
                 std.loc[row, m] = statistics.stdev(vals) if len(vals) > 1 else float("nan")
+                if len(vals) == 1 and method_of(m) == "data":
+                    # a floor averaged over reference draws: their spread (Task.data_reference)
+                    drawn = _num(((by_method[m][0].get("metrics_std") or {})).get(row))
+                    if drawn is not None and math.isfinite(drawn):
+                        std.loc[row, m] = drawn
     mean.attrs["nonfinite"] = flags
     seeds = {m: len(by_method[m]) for m in methods}
     mean.attrs["loaded"] = loaded_cells(by_method)
@@ -492,6 +499,11 @@ def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
                          + ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
                                      for k, v in recipe.items())
                          + " on this task instead of the preset recipe's (docs/protocols.md)")
+    floors = [r for c, recs in by_method.items() if method_of(c) == "data" for r in recs
+              if isinstance(r.get("reference_draws"), int) and r["reference_draws"] > 1]
+    if floors:  # what the data column is, where it is not simply the val split
+        lines.append(f"data (reference): {floors[0].get('note', '')}; ± is the spread over "
+                     "those draws")
     for metric, note in (getattr(cls, "metric_notes", None) or {}).items():
         if mean is None or metric in mean.index:  # how to read a metric on this task
             lines.append(f"{metric}: {note}")

@@ -571,34 +571,61 @@ def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
 
 
 def data_reference_record(task: Task, opts: RunOptions) -> Path:
-    """The ``data`` column: each metric for an independent draw of real data (the val
-    split) against the test set; the reference floor every table needs."""
+    """The ``data`` column: each metric for an independent draw of real data
+    (:meth:`Task.data_reference`) against the test set; the reference floor every table
+    needs.  Its identity carries the reference's code version (``reference``)."""
     from pcgbench.dataguard import data_digest
 
     root = ensure_writable(default_results_dir(opts.results_dir))
     key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
            "method": "data", "config": {}, "seed": 0, "preset": opts.preset,
            "record_version": RECORD_VERSION}
-    key = _with_versions(key, code_versions(task))
+    versions = code_versions(task)
+    if task.reference_version():
+        versions["reference"] = task.reference_version()
+    key = _with_versions(key, versions)
     path, _ = _paths(root, key)
     existing = None if opts.force else _read_record(path)  # a corrupt one is regenerated
     if existing is not None and set(task.metrics) <= set(existing.get("metrics") or {}):
         return path
-    ref, target, note = task.data_reference()
     try:
-        metrics = evaluate(task, ref.x, target.x, ref.cond, target.cond)
+        metrics, spread, note = reference_metrics(task)
     except PcgError as exc:
         raise PcgError(f"{exc} (on the data probe: reference vs test, before any fit)") from exc
     record = {**key, "variant": data_label(task), "metrics": metrics, "nfe": 0,
+              "reference_draws": task.reference_draws(),
               "data_file_path": opts.data_file, "created": environment.now(),
               "note": note,
               "versions": environment.package_versions(), "git": environment.git_hash()}
+    if spread:
+        record["metrics_std"] = spread
     if task.split_overlaps:
         record["data_overlap"] = dict(task.split_overlaps)
     if task.data_notes:
         record["data_notes"] = dict(task.data_notes)
     write_record(path, record)
     return path
+
+
+def reference_metrics(task: Task) -> tuple[dict[str, float], dict[str, float], str]:
+    """``(means, stds, note)``: each metric of the task's data reference against the
+    test split (:meth:`Task.data_reference`), averaged over its
+    :meth:`Task.reference_draws` draws (stds over the draws; empty for one draw)."""
+    draws = task.reference_draws()
+    runs = []
+    for d in range(draws):
+        ref, target, note = task.data_reference(d) if draws > 1 else task.data_reference()
+        runs.append(evaluate(task, ref.x, target.x, ref.cond, target.cond))
+    if draws == 1:
+        return runs[0], {}, note
+    means, stds = {}, {}
+    for name in runs[0]:
+        vals = [r[name] for r in runs if isinstance(r.get(name), int | float)]
+        finite = [float(v) for v in vals if math.isfinite(v)]
+        means[name] = statistics.fmean(finite) if finite else runs[0][name]
+        if len(finite) > 1:
+            stds[name] = statistics.stdev(finite)
+    return means, stds, note
 
 
 def write_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
@@ -646,6 +673,8 @@ def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
     with FileLock(f"{path}.lock"):
         existing = _read_record(path) if not opts.force else None
         if existing is not None:
+            # the floor of this cell, where a code change made the old one stale
+            data_reference_record(task, opts)
             return existing, path, True
         with time_limit(opts.max_minutes):
             return _execute(opts, task, method, device, key, path, ckpt, variant)

@@ -204,7 +204,7 @@ class PcfmSuiteFiles:
                     "conditions)")
         return self.split_overlap_reason
 
-    def data_reference(self) -> tuple[Any, Any, str]:
+    def data_reference(self, draw: int = 0) -> tuple[Any, Any, str]:
         val = self.dataset("val")  # type: ignore[attr-defined]
         test = self.dataset("test")  # type: ignore[attr-defined]
         if self._target_rows is None:

@@ -180,6 +180,7 @@ class BurgersTask(Task):
     #: 1: the capped normalizer (every method trained in normalized units refits)
     version = 1
     description = "1-D viscous Burgers trajectories u(t, x), nu=1e-3, periodic, t in [0, 2]"
+    reference_from_train = True  # val: the training distribution, fewer rows than test
     #: how to read a metric on this task (printed under every table that shows it);
     #: numbers from benchmarks/burgers_residual_floor.py (16 test trajectories)
     metric_notes: ClassVar[dict[str, str]] = {"re": (

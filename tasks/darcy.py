@@ -179,6 +179,7 @@ class DarcyTask(Task):
     data_source = "our finite-volume solver of PIDM/PBFM's Darcy problem (KL log-permeability)"
     paper_data = "PIDM/PBFM Darcy data (64 x 64)"
     description = "2-D Darcy flow [p, K], log-Gaussian K (KL, 64 modes), no-flux, zero-mean p"
+    reference_from_train = True  # val: the training distribution, fewer rows than test
 
     @classmethod
     def params_for(cls, preset: str) -> DarcyParams:

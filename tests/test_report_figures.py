@@ -62,6 +62,8 @@ def _records(root: Path) -> list[dict]:
                    "code_versions": {"task": TASKS.get(task).version,
                                      "data": TASKS.get(task).data_version},
                    "finished": "1"}
+            if method == "data" and TASKS.get(task).reference_version():
+                rec["code_versions"]["reference"] = TASKS.get(task).reference_version()
             if method != "data":
                 rec["code_versions"]["method"] = METHODS.get(method).version
                 path = root / f"{task}-{method}.samples.h5"

@@ -26,6 +26,8 @@ def _record(root: Path, task: str, method: str, seed: int, metrics: dict, **extr
     path.parent.mkdir(parents=True, exist_ok=True)
     versions = {"method": METHODS.get(method).version} if method in METHODS else {}
     versions.update(task=TASKS.get(task).version, data=TASKS.get(task).data_version)
+    if method == "data" and TASKS.get(task).reference_version():
+        versions["reference"] = TASKS.get(task).reference_version()
     loaded = {"start": {"load1": 9.0, "cpus": 2}, "end": {"load1": 9.0, "cpus": 2}}
     path.write_text(json.dumps({
         "task": task, "method": method, "seed": seed, "preset": "cpu", "metrics": metrics,

@@ -27,6 +27,8 @@ def _rec(method="fm_ot", seed=0, device="cpu", task="burgers", wd=0.3, time=0.01
     versions = {"task": TASKS.get(task).version, "data": TASKS.get(task).data_version}
     if cls is not None:
         versions["method"] = cls.version
+    elif TASKS.get(task).reference_version():
+        versions["reference"] = TASKS.get(task).reference_version()
     r = {"task": task, "method": method, "seed": seed, "preset": "cpu", "status": "ok",
          "device_kind": device, "metrics": {"wd": wd}, "nfe": 20,
          "inference": {"seconds_per_sample": time}, "training": {"seconds_per_update": 0.1},
