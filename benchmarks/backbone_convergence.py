@@ -6,7 +6,8 @@ updates; at each update count in ``--checkpoints`` it samples the whole test spl
 (Euler, the backbone's own steps) and evaluates it.  The learning rate is constant
 (``train_loop``), so the model at k updates is the model a run with ``iterations=k``
 would train: one training gives the whole curve.  Prints, per task, WD and the data
-floor (the val split against the test split, the leaderboard's ``data`` column), their
+floor (``Task.data_reference`` against the test split, the leaderboard's ``data``
+column), their
 ratio, and the cumulative training seconds.
 
     OMP_NUM_THREADS=1 python benchmarks/backbone_convergence.py --preset cpu \
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import sys
 import time
 
@@ -32,13 +34,14 @@ from pcgbench.method import RunContext
 from pcgbench.metrics.distribution import wasserstein1
 from pcgbench.presets import data_preset
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import evaluate, recipe_overrides, seed_everything
+from pcgbench.runner import evaluate, recipe_overrides, reference_metrics, seed_everything
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,
           batch: int, overrides: dict | None = None, normalizer: str | None = None,
           params: dict | None = None, method_name: str | None = None,
-          device: torch.device | None = None) -> list[dict]:
+          device: torch.device | None = None,
+          sampling: list[dict] | None = None) -> list[dict]:
     task_cls = TASKS.get(task_name)
     task_params = task_cls.params_for(data_preset(preset))
     if params:
@@ -54,13 +57,20 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
                              {**recipe_overrides(task, cls, preset), **dict(overrides or {})})
     method = cls(task, config.replace(iterations=max(checkpoints)), device or "cpu")
     method.context = RunContext(seed=seed, preset=preset, progress=False)
-    test, val = task.dataset("test"), task.dataset("val")
-    floor = evaluate(task, val.x, test.x, val.cond, test.cond)
+    sampling = sampling or []
+    allowed = getattr(type(config), "sampling_only", frozenset())
+    for sampler in sampling:
+        if not set(sampler) <= allowed:
+            raise SystemExit(f"--sample-set {sampler}: only {name}'s sampling-only fields "
+                             f"({', '.join(sorted(allowed)) or 'none'}) evaluate the same fit")
+    floor, _, _ = reference_metrics(task)  # the leaderboard's data column
+    test = task.dataset("test")
     # tasks scored per condition (the zero-shot suite: mmse/smse by IC group) say nothing
     # about whether an unconditional backbone learned the data: add the pooled WD there
     pooled = "wd" not in task.metrics
     if pooled:
-        floor["wd"] = wasserstein1(val.x, test.x)
+        floor["wd"] = statistics.fmean(wasserstein1(task.data_reference(d)[0].x, test.x)
+                                       for d in range(task.reference_draws()))
     # what a backbone that reproduced its training data exactly would score: WD of a
     # test-sized random subset of the training split to the test split (differs from the
     # val floor where the test split is drawn otherwise, e.g. the suite's sampling sets)
@@ -81,21 +91,31 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
             live = {k: v.clone() for k, v in method.net.state_dict().items()}
             method.ema.copy_to(method.net)
         method.net.eval()
-        gen = torch.Generator().manual_seed(10_000 + seed)
-        chunks = []
-        for i in range(0, len(test), batch):
-            c = None if test.cond is None else test.cond[i:i + batch]
-            chunks.append(method.sample(c, min(batch, len(test) - i), gen).cpu())
+        for sampler in [{}, *sampling]:
+            evaluate_at(k, sampler)
+        method.net.train()
+        if live is not None:
+            method.net.load_state_dict(live)
+        clock["t0"] = time.perf_counter()
+
+    def evaluate_at(k: int, sampler: dict) -> None:
+        fitted = method.config
+        method.config = fitted.replace(**sampler)  # sampling-only fields: same model
+        try:
+            gen = torch.Generator().manual_seed(10_000 + seed)
+            chunks = []
+            for i in range(0, len(test), batch):
+                c = None if test.cond is None else test.cond[i:i + batch]
+                chunks.append(method.sample(c, min(batch, len(test) - i), gen).cpu())
+        finally:
+            method.config = fitted
         samples = torch.cat(chunks)
         m = evaluate(task, samples, test.x, test.cond, test.cond)
         if pooled:
             m["wd"] = wasserstein1(samples, test.x)
-        method.net.train()
-        if live is not None:
-            method.net.load_state_dict(live)
-        row = {"task": task_name, "backbone": name + (
-                   f"[{','.join(f'{a}={b}' for a, b in overrides.items())}]" if overrides
-                   else ""), "normalizer": task.normalizer_kind, "updates": k,
+        label = ",".join(f"{a}={b}" for a, b in {**(overrides or {}), **sampler}.items())
+        row = {"task": task_name, "backbone": name + (f"[{label}]" if label else ""),
+               "normalizer": task.normalizer_kind, "updates": k,
                "wd": m.get("wd"), "wd floor": floor.get("wd"),
                "wd / floor": (m["wd"] / floor["wd"]) if m.get("wd") and floor.get("wd")
                else None, "wd(train, test)": train_wd,
@@ -108,7 +128,6 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
                     row[f"{key} floor"] = floor[key]  # the suite's metrics, no WD
         rows.append(row)
         print(tabulate([row], headers="keys", floatfmt=".4g"), flush=True)
-        clock["t0"] = time.perf_counter()
 
     # the module whose fit calls train_loop (FFM inherits FM-OT's fit: methods.fm_ot)
     fit_module = sys.modules[type(method).fit.__module__]
@@ -143,6 +162,9 @@ def main() -> None:
                     help="override the task's normalizer_kind (channel | mean_mode)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="backbone config overrides, e.g. --set backbone.width=32")
+    ap.add_argument("--sample-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="also evaluate each checkpoint with this sampling-only override "
+                         "(one extra row each), e.g. --sample-set sample_steps=2")
     args = ap.parse_args()
     torch.set_num_threads(1)
     device = environment.resolve_device(args.device)
@@ -152,7 +174,8 @@ def main() -> None:
     for t in args.tasks or TASKS.names():
         rows += curve(t, args.preset, sorted(args.checkpoints), args.seed, args.data_dir,
                       args.batch_size, parse_assignments(args.set), args.normalizer,
-                      parse_assignments(args.params), args.method, device)
+                      parse_assignments(args.params), args.method, device,
+                      [parse_assignments([a]) for a in args.sample_set])
     print()
     print(tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
 

@@ -8,6 +8,9 @@ import io
 import pytest
 import torch
 
+from pcgbench.capture import GraphedModule
+from pcgbench.config import check_config
+from pcgbench.errors import PcgError
 from pcgbench.methods.pmosfm import (
     TUNED_DEPARTURES,
     PMosFM,
@@ -37,6 +40,32 @@ def test_one_step_nfe_is_one_by_instrumentation(task):
     assert m.nfe.count == 1
     assert x.shape == (5, *task.spec.field_shape) and torch.isfinite(x).all()
     assert set(m.sample_breakdown) == {"precondition", "network", "decode"}
+
+
+def test_composed_sampling_takes_k_calls_and_composes_the_two_time_map(task):
+    """sample_steps = k: k network calls; with a velocity u = v constant in (r, s, t) the
+    composition T^{t_{k-1},1} o ... o T^{0,t_1}(r0) = r0 + v, the one-step result."""
+    m = _fit(task)
+    m.config = m.config.replace(sample_steps=4)
+    m.nfe.reset()
+    x = m.sample(None, 3, torch.Generator().manual_seed(0))
+    assert m.nfe.count == 4 and torch.isfinite(x).all()
+
+    class Constant(torch.nn.Module):
+        def forward(self, z, times, cond):
+            return torch.full_like(z, 0.3)
+
+    m.net = Constant()
+    m._graphed = GraphedModule(m.net, enabled=False)
+    m.u_one_step = m.counted(m._graphed)
+    outs = {}
+    for k in (1, 5):
+        m.config = m.config.replace(sample_steps=k)
+        outs[k] = m.sample(None, 3, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(outs[1], outs[5], rtol=1e-5, atol=1e-5)
+    assert PMosFM.nominal_nfe(m.config) == "5"
+    with pytest.raises(PcgError, match="sample_steps"):
+        check_config(m.config.replace(sample_steps=0))
 
 
 @pytest.mark.parametrize("chart", ["ic", "mass"])
