@@ -234,8 +234,46 @@ class CappedNormalizer(Normalizer):
                 "cap": torch.tensor(self.cap)}
 
 
+class LogChannelNormalizer(Normalizer):
+    """Per-channel standardization after ``log`` of one strictly positive channel
+    (``channel``, e.g. Darcy's permeability K = exp(G), G Gaussian): ``z_c = (log x_c -
+    mean) / std`` there, the other channels as :class:`Normalizer`.  Affine in every other
+    channel (linear constraints on them stay linear); ``decode`` is the exact inverse.
+    ``mean``/``std`` are those of the transformed channels."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, channel: int):
+        super().__init__(mean, std)
+        self.channel = int(channel)
+
+    @classmethod
+    def _forward(cls, x: torch.Tensor, channel: int) -> torch.Tensor:
+        if not bool((x[:, channel] > 0).all()):
+            raise PcgError(f"log normalizer: channel {channel} has values <= 0")
+        out = x.clone()
+        out[:, channel] = x[:, channel].log()
+        return out
+
+    @classmethod
+    def fit(cls, x: torch.Tensor, eps: float = 1e-8, channel: float = 0.0
+            ) -> LogChannelNormalizer:
+        base = Normalizer.fit(cls._forward(x, int(channel)), eps)
+        return cls(base.mean, base.std, int(channel))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return super().encode(self._forward(x, self.channel))
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        y = super().decode(z)
+        c = self.channel
+        return torch.cat([y[:, :c], y[:, c:c + 1].exp(), y[:, c + 1:]], dim=1)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"mean": self.mean, "std": self.std, "channel": torch.tensor(self.channel)}
+
+
 NORMALIZERS: dict[str, type[Normalizer]] = {"channel": Normalizer, "mean_mode": MeanModeNormalizer,
-                                            "capped": CappedNormalizer}
+                                            "capped": CappedNormalizer,
+                                            "log": LogChannelNormalizer}
 
 
 @dataclass(frozen=True)
@@ -493,7 +531,8 @@ class Task(ABC):
         """The data normalization every method trains in, fitted on the train split:
         ``NORMALIZERS[self.normalizer_kind]``."""
         kind, _, arg = self.normalizer_kind.partition(":")
-        extra = {{"mean_mode": "mode_std", "capped": "cap"}[kind]: float(arg)} if arg else {}
+        extra = ({{"mean_mode": "mode_std", "capped": "cap", "log": "channel"}[kind]: float(arg)}
+                 if arg else {})
         return NORMALIZERS[kind].fit(self.dataset("train").x, **extra)
 
     def params_dict(self) -> dict[str, Any]:

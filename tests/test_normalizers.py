@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.task import NORMALIZERS, CappedNormalizer, Normalizer
+from pcgbench.task import NORMALIZERS, CappedNormalizer, LogChannelNormalizer, Normalizer
 
 
 def _data(n: int = 300, seed: int = 0) -> torch.Tensor:
@@ -21,7 +21,10 @@ def _data(n: int = 300, seed: int = 0) -> torch.Tensor:
     return x + 1.5 * torch.randn(n, 1, 1, 1, generator=g) * wave
 
 
-@pytest.mark.parametrize("kind", sorted(NORMALIZERS))
+AFFINE = sorted(set(NORMALIZERS) - {"log"})  # "log" is affine except in its log channel
+
+
+@pytest.mark.parametrize("kind", AFFINE)
 def test_normalizer_is_an_affine_inverse_pair(kind):
     x = _data()
     norm = NORMALIZERS[kind].fit(x)
@@ -68,3 +71,21 @@ def test_task_normalizer_kind_selects_and_parametrises(tmp_path):
     assert isinstance(task.normalizer, CappedNormalizer) and task.normalizer.cap == 2.5
     with pytest.raises(PcgError):
         CappedNormalizer.fit(torch.randn(8, 1, 4), cap=0.0)
+
+
+def test_log_normalizer_standardizes_log_k_and_is_affine_elsewhere():
+    """Darcy-like data: channel 1 = exp(G) with G Gaussian, channel 0 anything."""
+    x = _data()
+    g = torch.Generator().manual_seed(3)
+    x[:, 1] = (0.8 * torch.randn(x[:, 1].shape, generator=g) + 0.5).exp()
+    norm = LogChannelNormalizer.fit(x, channel=1)
+    z = norm.encode(x)
+    torch.testing.assert_close(norm.decode(z), x, rtol=1e-5, atol=1e-5)
+    assert abs(float(z[:, 1].mean())) < 1e-5 and abs(float(z[:, 1].std()) - 1) < 1e-3
+    torch.testing.assert_close(z[:, 0], Normalizer.fit(x).encode(x)[:, 0])  # channel 0 as is
+    z1, z2 = torch.randn(4, *x.shape[1:]), torch.randn(4, *x.shape[1:])
+    mix = norm.decode(0.3 * z1 + 0.7 * z2)[:, 0]  # affine in the other channel
+    torch.testing.assert_close(mix, 0.3 * norm.decode(z1)[:, 0] + 0.7 * norm.decode(z2)[:, 0])
+    assert bool((norm.decode(torch.randn(4, *x.shape[1:]) * 5)[:, 1] > 0).all())
+    with pytest.raises(PcgError, match="channel 0 has values <= 0"):
+        LogChannelNormalizer.fit(x, channel=0)
