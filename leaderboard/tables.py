@@ -446,31 +446,53 @@ BACKBONES = ("fm_ot", "ffm")
 UNDERTRAINED_RATIO = 2.0
 
 
+#: the floor ratios the notes check: WD sees each value's distribution, the energy distance
+#: whole fields (a noise-like sample with the data's value histogram passes WD, not this)
+FLOOR_METRICS = (("wd", "WD"), ("energy", "energy distance"))
+
+
+def _floor_ratios(mean: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per column, each of ``FLOOR_METRICS`` over the data column's value (where both are
+    finite and the floor is positive)."""
+    out: dict[str, dict[str, float]] = {}
+    if "data" not in mean.columns:
+        return out
+    for metric, _ in FLOOR_METRICS:
+        if metric not in mean.index:
+            continue
+        floor = mean.loc[metric, "data"]
+        if math.isnan(floor) or floor <= 0:
+            continue
+        for c in mean.columns:
+            v = mean.loc[metric, c]
+            if c != "data" and not math.isnan(v):
+                out.setdefault(str(c), {})[metric] = v / floor
+    return out
+
+
 def backbone_notes(mean: pd.DataFrame, preset: str,
                    shown: set[str] | None = None) -> list[str]:
-    """One line per shared backbone whose WD exceeds ``UNDERTRAINED_RATIO`` x the data
-    floor in this table, then one line naming every other column above it (of ``shown``
-    when given: the columns a filtered table prints; computed from the records, never
-    written by hand)."""
-    if "wd" not in mean.index or "data" not in mean.columns:
-        return []
-    floor = mean.loc["wd", "data"]
-    if math.isnan(floor) or floor <= 0:
-        return []
-    ratios = {c: mean.loc["wd", c] / floor for c in mean.columns
-              if c != "data" and not math.isnan(mean.loc["wd", c])}
-    notes = [f"note: the shared backbone {bb} is under-trained at preset {preset!r}:"
-             f" WD {_fmt(mean.loc['wd', bb])} = {ratios[bb]:.1f}x the data floor "
-             f"{_fmt(floor)} (> {UNDERTRAINED_RATIO:g}x); every sampling-time method "
-             "inherits it"
-             for bb in BACKBONES if ratios.get(bb, 0.0) > UNDERTRAINED_RATIO]
-    far = [(str(c), r) for c, r in ratios.items()
-           if c not in BACKBONES and (shown is None or c in shown) and r > UNDERTRAINED_RATIO]
+    """One line per shared backbone whose WD or energy distance exceeds
+    ``UNDERTRAINED_RATIO`` x the data floor in this table, then one line naming every
+    other column above it (of ``shown`` when given: the columns a filtered table prints;
+    computed from the records, never written by hand)."""
+    ratios = _floor_ratios(mean)
+    label = dict(FLOOR_METRICS)
+
+    def over(c: str) -> str:
+        return ", ".join(f"{label[m]} {r:.1f}x" for m, r in ratios.get(c, {}).items()
+                         if r > UNDERTRAINED_RATIO)
+
+    notes = [f"note: the shared backbone {bb} is under-trained at preset {preset!r}: "
+             f"{over(bb)} the data floor (> {UNDERTRAINED_RATIO:g}x); every sampling-time "
+             "method inherits it" for bb in BACKBONES if over(bb)]
+    far = [(c, over(c)) for c in ratios
+           if c not in BACKBONES and (shown is None or c in shown) and over(c)]
     if far:
-        notes.append("note: WD above " + f"{UNDERTRAINED_RATIO:g}x the data floor at preset "
-                     f"{preset!r} (these samples do not match the data's value distribution; "
+        notes.append(f"note: above {UNDERTRAINED_RATIO:g}x the data floor at preset "
+                     f"{preset!r} (these samples do not match the data's distribution; "
                      "read their other metrics with that in mind): "
-                     + ", ".join(f"{c} {r:.1f}x" for c, r in far))
+                     + "; ".join(f"{c} {what}" for c, what in far))
     return notes
 
 

@@ -196,9 +196,21 @@ def test_leaderboard_flags_an_undertrained_backbone():
                         index=["wd", "re"])
     note, others = backbone_notes(mean, "cpu")
     assert "fm_ot" in note and "8.9x" in note and "under-trained" in note
-    assert "pcfm 7.5x" in others and "fm_ot" not in others
+    assert "pcfm WD 7.5x" in others and "fm_ot" not in others
     assert backbone_notes(mean, "cpu", shown={"fm_ot"}) == [note]  # pcfm not printed
     mean.loc["wd", "fm_ot"] = 0.07  # 1.75x: fine
     mean.loc["wd", "pcfm"] = 0.08  # 2x: not above
     assert backbone_notes(mean, "cpu") == []
     assert backbone_notes(mean.drop(index="wd"), "cpu") == []
+
+
+def test_leaderboard_flags_fields_whose_energy_distance_is_far_though_wd_is_not():
+    """Noise-like samples can match the data's value histogram (WD) and not its fields:
+    the energy distance of whole fields is checked too."""
+    from pcgbench.leaderboard import backbone_notes
+
+    mean = pd.DataFrame({"data": [0.04, 0.36], "fm_ot": [0.05, 0.34],
+                         "pmosfm": [0.07, 0.95]}, index=["wd", "energy"])
+    notes = backbone_notes(mean, "cpu")
+    assert len(notes) == 1 and "pmosfm energy distance 2.6x" in notes[0]
+    assert "WD" not in notes[0].split("pmosfm", 1)[1]  # 1.75x WD is not named
