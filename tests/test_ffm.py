@@ -105,6 +105,7 @@ def env(tmp_path_factory):
 
 def build(env, name, **changes):
     task, ctx = env
+    torch.manual_seed(0)  # the weights a run would start from, whatever ran before
     cls = METHODS.get(name)
     method = cls(task, cls.Config.for_preset("smoke").replace(**changes), "cpu")
     method.context = ctx
