@@ -496,24 +496,31 @@ class Task(ABC):
         reference carries more sampling noise, flattering every ratio to the floor; the
         data column averages :meth:`reference_draws` such draws."""
         val, test = self.dataset("val"), self.dataset("test")
-        if self.reference_draws() == 1:
+        if not self._reference_is_train():
             return val, test, "val split evaluated against the test split (reference floor)"
         train = self.dataset("train")
-        n = min(len(test), len(train))
+        if len(train) <= len(test):  # every training row, one draw
+            return (train, test, f"all {len(train)} training rows (the val split has only "
+                    f"{len(val)}) evaluated against the {len(test)} test rows (reference "
+                    "floor)")
         rng = np.random.default_rng([REFERENCE_SEED, draw])
-        idx = np.sort(rng.choice(len(train), n, replace=False))
+        idx = np.sort(rng.choice(len(train), len(test), replace=False))
         return (train.subset(torch.from_numpy(idx)), test,
-                f"{n} training rows (the val split has only {len(val)}) evaluated against "
-                f"the {len(test)} test rows, mean over {self.reference_draws()} seeded "
-                "draws (reference floor of the generated sample's size)")
+                f"{len(test)} training rows (the val split has only {len(val)}) evaluated "
+                f"against the {len(test)} test rows, mean over {self.reference_draws()} "
+                "seeded draws (reference floor of the generated sample's size)")
+
+    def _reference_is_train(self) -> bool:
+        return self.reference_from_train and len(self.dataset("val")) < len(
+            self.dataset("test"))
 
     def reference_draws(self) -> int:
         """How many :meth:`data_reference` draws the data column averages:
-        ``REFERENCE_DRAWS`` where the reference is drawn from the training split, else 1
-        (the val split)."""
-        if not self.reference_from_train:
+        ``REFERENCE_DRAWS`` where the reference is a test-sized draw of a larger training
+        split, else 1 (the val split, or every training row)."""
+        if not self._reference_is_train():
             return 1
-        return REFERENCE_DRAWS if len(self.dataset("val")) < len(self.dataset("test")) else 1
+        return REFERENCE_DRAWS if len(self.dataset("train")) > len(self.dataset("test")) else 1
 
     @classmethod
     def reference_version(cls) -> int:

@@ -109,3 +109,14 @@ def test_the_table_shows_the_floors_draw_spread_and_says_what_it_is(tmp_path, ca
     wd_row = next(line for line in out.splitlines() if line.startswith("| wd"))
     assert " ± " in wd_row.split("|")[2]  # the draws' spread beside the floor
     assert f"mean over {REFERENCE_DRAWS} seeded draws" in out and "spread over those draws" in out
+
+
+def test_a_training_split_no_larger_than_test_is_taken_whole_once(tmp_path, monkeypatch
+                                                                   ) -> None:
+    task = TASKS.get("kf_generation")(preset="smoke", data_dir=tmp_path, progress=False)
+    train, test = task.dataset("train"), task.dataset("test")
+    monkeypatch.setitem(task._splits, "test", train.subset(slice(0, len(train))))
+    ref, _, note = task.data_reference()
+    assert task.reference_draws() == 1 and ref is train and "all" in note
+    monkeypatch.setitem(task._splits, "test", test)
+    assert task.reference_draws() == REFERENCE_DRAWS
