@@ -180,12 +180,6 @@ class DarcyTask(Task):
     paper_data = "PIDM/PBFM Darcy data (64 x 64)"
     description = "2-D Darcy flow [p, K], log-Gaussian K (KL, 64 modes), no-flux, zero-mean p"
     reference_from_train = True  # val: the training distribution, fewer rows than test
-    #: methods train on (p, log K) standardized: K = exp(G) is log-normal, and per-channel
-    #: standardization of K left every backbone short of its tail (FM-OT at `cpu`, seeds
-    #: 0-2: WD 0.0555 -> 0.0262, 5.0x -> 2.4x the floor; docs/protocols.md)
-    normalizer_kind = "log:1"
-    #: 1: the log-K normalizer (what every method sees changed)
-    version = 1
 
     @classmethod
     def params_for(cls, preset: str) -> DarcyParams:
