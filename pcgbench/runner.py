@@ -614,6 +614,7 @@ def reference_metrics(task: Task) -> tuple[dict[str, float], dict[str, float], s
     draws = task.reference_draws()
     runs = []
     for d in range(draws):
+        # one draw: called without it, as a plug-in's data_reference(self) may be written
         ref, target, note = task.data_reference(d) if draws > 1 else task.data_reference()
         runs.append(evaluate(task, ref.x, target.x, ref.cond, target.cond))
     if draws == 1:
