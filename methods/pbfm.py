@@ -162,16 +162,24 @@ def residual_loss(task: Task, x_norm: torch.Tensor, cond: torch.Tensor | None = 
 
 
 def config_combine(g_fm: torch.Tensor, g_res: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """ConFIG direction of two flat gradients (official ``conflictfree``); (g, used)."""
-    from conflictfree.grad_operator import ConFIG_update
+    """ConFIG direction of two flat gradients (official ``conflictfree``); (g, used).
+
+    On the CPU through the package's pseudo-inverse path (``use_least_square=False``:
+    its default, ``torch.linalg.lstsq`` with LAPACK's gelsy, was measured to return
+    results that differ in the last bits from call to call on identical input, which
+    Adam then amplifies into different weights: same seed, different run).  On CUDA
+    through the package's two-gradient closed form ``ConFIG_update_double`` (no
+    inverse): cuSOLVER's SVD behind ``pinv`` refuses the 2 x P matrix at the ``paper``
+    network's P (``CUSOLVER_STATUS_INVALID_VALUE``, H100, 2026-11-27).  The two agree to
+    float32 rounding on non-parallel gradients (``tests/test_training_methods.py``)."""
+    from conflictfree.grad_operator import ConFIG_update, ConFIG_update_double
 
     if not bool(torch.isfinite(g_res).all()) or float(g_res.norm()) == 0.0:
         return g_fm, False
-    # use_least_square=False: the same direction by the package's pseudo-inverse path.
-    # Its default, torch.linalg.lstsq with LAPACK's gelsy on CPU, was measured to return
-    # results that differ in the last bits from call to call on identical input, which
-    # Adam then amplifies into different weights: same seed, different run.
-    g = ConFIG_update(torch.stack([g_fm, g_res]), use_least_square=False)
+    if g_fm.is_cuda:
+        g = ConFIG_update_double(g_fm, g_res)
+    else:
+        g = ConFIG_update(torch.stack([g_fm, g_res]), use_least_square=False)
     if not bool(torch.isfinite(g).all()):
         return g_fm, False
     return g, True

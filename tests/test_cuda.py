@@ -161,3 +161,16 @@ def test_a_cuda_checkpoint_loads_on_cpu_and_back(task_name, method_name, data_di
     loaded, _ = load_checkpoint(back_path, CUDA, set(state))
     back.load_state_dict(loaded)
     torch.testing.assert_close(draw(back, CUDA), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_pbfm_config_combines_paper_sized_gradients_on_cuda():
+    """cuSOLVER's pinv refused PBFM's 2 x P gradient matrix at the paper network's P
+    (H100, 2026-11-27); the closed two-gradient form must not."""
+    from pcgbench.methods.pbfm import config_combine
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    g1 = torch.randn(70_000_000, device="cuda", generator=gen)
+    g2 = torch.randn(70_000_000, device="cuda", generator=gen) - 0.3 * g1
+    g, used = config_combine(g1, g2)
+    assert used and bool(torch.isfinite(g).all())
+    assert float(g @ g1) > 0 and float(g @ g2) > 0

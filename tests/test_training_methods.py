@@ -58,6 +58,21 @@ def test_config_update_does_not_conflict(pair):
     assert torch.dot(g, g2) >= -tol * g2.norm()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_config_closed_form_used_on_cuda_equals_the_pinv_path(seed):
+    """CUDA takes the package's two-gradient closed form, the CPU its pseudo-inverse:
+    the same ConFIG direction and length to float32 rounding (non-parallel pairs)."""
+    from conflictfree.grad_operator import ConFIG_update, ConFIG_update_double
+
+    gen = torch.Generator().manual_seed(seed)
+    g1 = torch.randn(20000, generator=gen)
+    g2 = 3 * torch.randn(20000, generator=gen) - (seed - 1.5) * g1  # acute to obtuse
+    ref = ConFIG_update(torch.stack([g1, g2]), use_least_square=False)
+    closed = ConFIG_update_double(g1, g2)
+    assert torch.allclose(closed, ref, rtol=0, atol=1e-4 * float(ref.abs().max()))
+    assert torch.equal(config_combine(g1, g2)[0], ref)  # CPU: the pinv path, unchanged
+
+
 def test_config_nan_and_zero_fallback():
     g1 = torch.randn(10)
     bad = torch.full((10,), float("nan"))
