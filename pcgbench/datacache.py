@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import torch
 
+from pcgbench.errors import DataNotGenerated
 from pcgbench.log import generating, logger
 from pcgbench.presets import data_preset
 from pcgbench.storage import atomic_write, config_hash, data_dir
@@ -135,6 +136,8 @@ def load_or_generate(task: Task, split: str) -> FieldData:
                     f"dataset cache {path} is unreadable or mismatched ({exc}); regenerating",
                     stacklevel=2,
                 )
+        if not task.generation_allowed:
+            raise DataNotGenerated(f"{task.name}: the {split} split is not cached ({path})")
         logger.info("%s with the task's solver (cached in %s)", generating(task.name, split),
                     path)
         data = task.generate(split)

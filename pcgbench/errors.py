@@ -21,3 +21,8 @@ class UnsupportedError(PcgError):
 class TrainingDiverged(PcgError):
     """Training produced a non-finite loss: the run is recorded with status ``diverged``
     (a failed run is a record, never a result)."""
+
+
+class DataNotGenerated(PcgError):
+    """A split that is not cached was asked for where generating it is not allowed (a
+    sweep's planning step, which must not run a solver)."""

@@ -29,7 +29,7 @@ import torch
 from pcgbench import environment
 from pcgbench.checkpoints import check_state, load_checkpoint, save_checkpoint
 from pcgbench.config import apply_overrides, check_config, to_dict
-from pcgbench.errors import PcgError, TrainingDiverged, UnsupportedError
+from pcgbench.errors import DataNotGenerated, PcgError, TrainingDiverged, UnsupportedError
 from pcgbench.log import logger
 from pcgbench.method import FitStats, Method, RunContext
 from pcgbench.metric import MetricContext
@@ -112,7 +112,8 @@ def recipe_overrides(task: Task, method_cls: type[Method], preset: str) -> dict[
     return dict(type(task).recipe_overrides.get(preset, {}))
 
 
-def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
+def method_config(task: Task, opts: RunOptions) -> tuple[type[Method], Any]:
+    """The method class and the config a run of ``opts`` uses (no network built)."""
     method_cls = METHODS.get(opts.method)
     reason = method_cls.unsupported_reason(task)
     if reason:
@@ -126,8 +127,43 @@ def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
         overrides["chart"] = opts.chart
     config = apply_overrides(config, overrides)
     check_config(config)
+    return method_cls, config
+
+
+def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
+    method_cls, config = method_config(task, opts)
     return _guarded(method_cls.name or method_cls.__name__, "__init__",
                     lambda: method_cls(task, config, device))
+
+
+@dataclass(frozen=True)
+class MethodIdentity:
+    """What a run's identity needs of a method (:func:`run_key`) where building it would
+    read data that do not exist yet (a sweep's planning step): name, config, version,
+    and no pretrained method (only such a method is identified this way)."""
+
+    name: str
+    config: Any
+    version: int
+
+    def pretrained_name(self) -> None:
+        return None
+
+
+def planned_method(task: Task, opts: RunOptions) -> Method | MethodIdentity:
+    """The method of ``opts`` as planning sees it, without running a solver: built where
+    that reads no uncached data, else its :class:`MethodIdentity` (raises
+    :class:`PcgError` for a method that builds on another and needs the data to be
+    built)."""
+    task.generation_allowed = False
+    try:
+        return build_method(task, opts, torch.device("cpu"))
+    except DataNotGenerated:
+        method_cls, config = method_config(task, opts)
+        if method_cls.pretrained_name is not Method.pretrained_name:
+            raise PcgError(f"{task.name}/{opts.method}: cannot be planned before the data "
+                           f"exist (pcgbench data generate --task {task.name})") from None
+        return MethodIdentity(method_cls.name, config, method_cls.version)
 
 
 def code_versions(task: Task, method: Method | None = None) -> dict[str, int]:
@@ -251,9 +287,10 @@ def _paths(root: Path, key: dict[str, Any], record_extra: dict[str, Any] | None 
 
 
 def record_path(opts: RunOptions) -> Path:
-    """Where the record of a run would be written (builds task and method, no data)."""
+    """Where the record of a run would be written (builds task and method; runs no
+    solver: :func:`planned_method`)."""
     task = build_task(opts)
-    method = build_method(task, opts, torch.device("cpu"))
+    method = planned_method(task, opts)
     root = default_results_dir(opts.results_dir)
     device = environment.resolve_device(opts.device)
     return _paths(root, run_key(task, method, opts, device), _record_extra(opts),

@@ -28,7 +28,7 @@ import torch
 
 from pcgbench.errors import PcgError
 from pcgbench.registry import METHODS, TASKS, load_plugin
-from pcgbench.runner import RunOptions, build_method, build_task, record_path
+from pcgbench.runner import RunOptions, build_task, planned_method, record_path
 
 EXECUTORS = ("local", "slurm", "debug")
 
@@ -99,7 +99,6 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
     existing: list[str] = []
     unsupported: list[str] = []
     unplanned: list[str] = []
-    cpu = torch.device("cpu")
 
     def options(task: str, method: str, seed: int) -> RunOptions:
         return RunOptions(task=task, method=method, seed=seed, preset=preset,
@@ -115,9 +114,9 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
             if reason:
                 unsupported.append(f"{task_name}/{method}: {reason}")
                 continue
-            try:
-                base = build_method(task, options(task_name, method, seeds[0]), cpu
-                                    ).pretrained_name()
+            try:  # planning runs no solver (the data stage does)
+                base = planned_method(task, options(task_name, method, seeds[0])
+                                      ).pretrained_name()
             except PcgError as exc:  # e.g. a backbone too large for this machine's memory
                 unplanned.append(f"{task_name}/{method}: {exc}")
                 continue

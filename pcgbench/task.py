@@ -391,6 +391,9 @@ class Task(ABC):
         #: viscosity, a re-gauged pressure, how the data reference was formed): recorded
         #: in every record of the run as ``data_notes``
         self.data_notes: dict[str, str] = {}
+        #: False while a sweep plans (``pcgbench.sweep.plan``): a split that is not cached
+        #: raises :class:`~pcgbench.errors.DataNotGenerated` instead of running the solver
+        self.generation_allowed = True
 
     # -- to implement ---------------------------------------------------------------
     @classmethod

@@ -139,3 +139,30 @@ def test_eight_data_jobs_in_parallel_finish_in_bounded_time(dirs):
     assert [r["status"] for r in out] == ["ok"] * 8, out
     assert all(r["detail"].endswith(", 1 thread(s)") for r in out)
     assert wall < 240, wall
+
+
+def test_planning_runs_no_solver(tmp_path):
+    """PMosFM's chart on HIT reconstruction is built on the normalizer (the training
+    data): planning must identify the run without generating data (a dry run at
+    ``paper`` used to generate the 3-D turbulence data in the parent process)."""
+    data = tmp_path / "data"
+    p = plan(["hit_reconstruction"], ["pmosfm", "fm_ot"], [0], "smoke", str(tmp_path / "r"),
+             str(data))
+    assert not list(data.rglob("*.h5"))
+    labels = [j.label for jobs in p.stages.values() for j in jobs]
+    assert "hit_reconstruction/pmosfm seed 0" in labels and not p.unplanned
+    assert "hit_reconstruction data" in labels
+
+
+def test_a_planned_record_path_is_the_one_a_run_writes(tmp_path):
+    """The identity planning computes without the data (MethodIdentity) is the record a
+    run then writes: a second plan after the run finds it recorded."""
+    args = (["hit_reconstruction"], ["pmosfm"], [0], "smoke", str(tmp_path / "r"),
+            str(tmp_path / "data"))
+    first = plan(*args)
+    assert [j.label for j in first.stages["method"]] == ["hit_reconstruction/pmosfm seed 0"]
+    assert main(["run", "--task", "hit_reconstruction", "--method", "pmosfm", "--preset",
+                 "smoke", "--results", str(tmp_path / "r"), "--data-dir",
+                 str(tmp_path / "data"), "--device", "cpu", "--quiet"]) == 0
+    second = plan(*args)
+    assert second.existing == ["hit_reconstruction/pmosfm seed 0"]
