@@ -274,7 +274,8 @@ def timing_line(claim: Claim, task: str, preset: str, device: str, method: str,
 
     metric = claim.metrics[0]
     cols = against(claim)
-    if device == "cuda":
+    values, rec = bench_columns(bench, task, preset, device, metric, method)
+    if rec is None and device == "cuda":  # no side-by-side GPU record: the seeds' runs
         mine_recs = seed_records(records, task, preset, device, method, method)
         mine = _values(mine_recs, metric)
         others = {c: _values(seed_records(records, task, preset, device, c, method), metric)
@@ -284,7 +285,6 @@ def timing_line(claim: Claim, task: str, preset: str, device: str, method: str,
         data = (f"GPU run records ({', '.join(devices)}); "
                 + (describe_load({"runs": loads}) if loads else "load not recorded"))
         return (*lower_each(mine, others, task), data)
-    values, rec = bench_columns(bench, task, preset, device, metric, method)
     if rec is None:
         script = f"benchmarks/{BENCH_KIND[metric]}.py"
         return ("", f"inconclusive: no side-by-side {BENCH_KIND[metric]} record for {task} "

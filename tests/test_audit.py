@@ -151,6 +151,17 @@ def test_timing_only_from_side_by_side_records_with_the_load(tmp_path):
         r["device_kind"], r["device"] = "cuda", "NVIDIA H100"
     ours, verdict, data = judge(claim, "burgers", "cpu", "cuda", gpu, [])
     assert verdict == "supported" and "NVIDIA H100" in data
+    # a side-by-side GPU benchmark record is preferred to the runs (one process)
+    slower = {m: [0.0005, 0.00051, 0.00049] for m in MULTISTEP}
+    write_benchmark_record(tmp_path / "gpu", "inference_speed", "burgers", "cpu",
+                           torch.device("cpu"), "seconds_per_sample",
+                           {"pmosfm": values["pmosfm"], **slower},
+                           {m: m for m in values}, {}, {})
+    bench = load_benchmark_records(tmp_path / "gpu")
+    for b in bench:  # as written on a GPU (no CUDA device here)
+        b["device_kind"], b["device"] = "cuda", "NVIDIA H100"
+    ours, verdict, data = judge(claim, "burgers", "cpu", "cuda", gpu, bench)
+    assert verdict.startswith("contradicted") and "side-by-side inference_speed" in data
 
 
 def test_ablation_most_benchmarks_line():
