@@ -470,12 +470,34 @@ def _floor_ratios(mean: pd.DataFrame) -> dict[str, dict[str, float]]:
     return out
 
 
-def backbone_notes(mean: pd.DataFrame, preset: str,
-                   shown: set[str] | None = None) -> list[str]:
+def diagnostic_ratios(mean: pd.DataFrame, records: list[dict], name: str
+                      ) -> tuple[dict[str, float], int]:
+    """Each of ``FLOOR_METRICS`` of the records' diagnostic sampler ``name`` (mean over
+    the records that have it) over the table's data column; and how many records."""
+    rows = [r["diagnostics"][name]["metrics"] for r in records
+            if isinstance((r.get("diagnostics") or {}).get(name), dict)
+            and isinstance(r["diagnostics"][name].get("metrics"), dict)]
+    out: dict[str, float] = {}
+    if not rows or "data" not in mean.columns:
+        return out, len(rows)
+    for metric, _ in FLOOR_METRICS:
+        vals = [float(m[metric]) for m in rows if isinstance(m.get(metric), (int, float))]
+        if metric not in mean.index or len(vals) != len(rows):
+            continue
+        floor = mean.loc[metric, "data"]
+        if not math.isnan(floor) and floor > 0 and all(map(math.isfinite, vals)):
+            out[metric] = sum(vals) / len(vals) / floor
+    return out, len(rows)
+
+
+def backbone_notes(mean: pd.DataFrame, preset: str, shown: set[str] | None = None,
+                   by_method: dict[str, list[dict]] | None = None) -> list[str]:
     """One line per shared backbone whose WD or energy distance exceeds
-    ``UNDERTRAINED_RATIO`` x the data floor in this table, then one line naming every
-    other column above it (of ``shown`` when given: the columns a filtered table prints;
-    computed from the records, never written by hand)."""
+    ``UNDERTRAINED_RATIO`` x the data floor in this table -- with, where its records
+    carry them (``by_method``), the same weights' figures under the class's diagnostic
+    samplers, which tell an under-trained network from a coarse sampler -- then one line
+    naming every other column above it (of ``shown`` when given: the columns a filtered
+    table prints; computed from the records, never written by hand)."""
     ratios = _floor_ratios(mean)
     label = dict(FLOOR_METRICS)
 
@@ -483,9 +505,25 @@ def backbone_notes(mean: pd.DataFrame, preset: str,
         return ", ".join(f"{label[m]} {r:.1f}x" for m, r in ratios.get(c, {}).items()
                          if r > UNDERTRAINED_RATIO)
 
+    def diagnosed(bb: str) -> str:
+        cls = METHODS.lookup(bb)
+        out = ""
+        for name, over_cfg in (getattr(cls, "diagnostic_sampling", None) or {}).items():
+            diag, n = diagnostic_ratios(mean, (by_method or {}).get(bb, []), name)
+            if not diag:
+                continue
+            what = ", ".join(f"{label[m]} {r:.1f}x" for m, r in diag.items())
+            cfg = ", ".join(f"{k} = {v}" for k, v in over_cfg.items())
+            verdict = ("the network has learned the data; the excess is the column's sampler"
+                       if max(diag.values()) <= UNDERTRAINED_RATIO else
+                       "still above the floor: the network itself is under-trained")
+            out += (f"; the same weights sampled with {cfg} (record diagnostics, {n} "
+                    f"seed(s)): {what} the floor -- {verdict}")
+        return out
+
     notes = [f"note: the shared backbone {bb} is under-trained at preset {preset!r}: "
              f"{over(bb)} the data floor (> {UNDERTRAINED_RATIO:g}x); every sampling-time "
-             "method inherits it" for bb in BACKBONES if over(bb)]
+             f"method inherits it{diagnosed(bb)}" for bb in BACKBONES if over(bb)]
     far = [(c, over(c)) for c in ratios
            if c not in BACKBONES and (shown is None or c in shown) and over(c)]
     if far:

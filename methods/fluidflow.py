@@ -43,3 +43,4 @@ class FluidFlow(FMOT):
 
     Config = FluidFlowConfig
     description = "FluidFlow: conditional OT flow matching, U-Net backbone (Ramos et al. 2026)"
+    diagnostic_sampling = {}  # not a shared backbone

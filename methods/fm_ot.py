@@ -80,6 +80,10 @@ class FMOT(Method):
     #: 1: trained on the preset recipe (cosine lr after warm-up, sampled EMA weights)
     version = 1
     preset_recipe = True
+    #: the shared backbone also sampled on a fine Euler grid (the record's diagnostics):
+    #: the paper's 20 steps shrink the data's wide directions, so its WD alone cannot
+    #: tell an under-trained network from a coarse sampler (docs/protocols.md)
+    diagnostic_sampling = {"euler_100": {"steps": 100}}
 
     def __init__(self, task: Task, config: FMOTConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)

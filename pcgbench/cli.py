@@ -423,7 +423,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
             reported = reported_table(bench) if bench else None
         selected = select(mean, std, seeds, args.rows, args.methods, reported)
         # from the whole table (--methods may drop the backbone); other columns if shown
-        notes = backbone_notes(mean, preset, shown=set(selected[0].columns))
+        notes = backbone_notes(mean, preset, shown=set(selected[0].columns),
+                               by_method=groups[(task, preset)])
         mean, std, seeds, reported = selected
         from pcgbench.leaderboard.tables import annotate_frame, render_notes, table_notes
 

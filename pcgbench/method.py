@@ -107,9 +107,21 @@ class Method(ABC):
     #: trained from scratch with the preset recipe (``methods._flow.PRESET_RECIPE``): takes
     #: the task's ``recipe_overrides`` too
     preset_recipe: ClassVar[bool] = False
+    #: extra sampling-only configurations of the same fitted weights (name -> overrides of
+    #: the config's ``sampling_only`` fields) that a run also samples and evaluates into
+    #: the record's ``diagnostics`` -- never a column (e.g. the shared backbones with a
+    #: fine Euler grid: has the network learned the data, or is it the sampler?)
+    diagnostic_sampling: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for name, over in cls.diagnostic_sampling.items():
+            if not set(over) <= set(cls.Config.sampling_only):
+                from pcgbench.errors import PcgError
+
+                raise PcgError(f"method class {cls.__name__}: diagnostic {name!r} overrides "
+                               f"{sorted(set(over) - set(cls.Config.sampling_only))}, which "
+                               "are not sampling-only config fields")
         unknown = set(cls.requires) - KNOWN_REQUIREMENTS
         if unknown:
             from pcgbench.errors import PcgError

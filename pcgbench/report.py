@@ -227,7 +227,8 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
              f"(preset {html.escape(preset)})</h2>", table_html(mean, std, seeds, reported)]
     from pcgbench.leaderboard.tables import table_notes
 
-    for line in (table_notes(task, preset, by_method, mean) + backbone_notes(mean, preset)
+    for line in (table_notes(task, preset, by_method, mean)
+                 + backbone_notes(mean, preset, by_method=by_method)
                  + failed_notes(records, {task}, preset)):
         parts.append(f'<p class="note">{html.escape(line)}</p>')
     methods = [m for m in mean.columns if method_of(m) != "data"]

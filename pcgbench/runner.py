@@ -927,6 +927,44 @@ def _sample_batches(method: Method, task: Task, opts: RunOptions, device: torch.
     return Sampled(samples, nfe, nfe_per_batch, inference, sample_peak)
 
 
+def _sample_untimed(method: Method, test: Any, batch: int, gen: torch.Generator,
+                    device: torch.device) -> tuple[torch.Tensor, int]:
+    """Every test condition sampled in batches of ``batch`` (samples on the CPU, batches)."""
+    n, chunks = len(test), []
+    for i in range(0, n, batch):
+        cond = None if test.cond is None else test.cond[i:i + batch].to(device)
+        size = min(batch, n - i)
+        chunks.append(_guarded(method.name, "sample",
+                               lambda c=cond, k=size: method.sample(c, k, gen)).detach().cpu())
+    return torch.cat(chunks), len(chunks)
+
+
+def diagnostic_samples(method: Method, task: Task, test: Any, opts: RunOptions,
+                       device: torch.device) -> dict[str, dict[str, Any]]:
+    """The test split sampled again under each of the method class's
+    ``diagnostic_sampling`` configurations (sampling-only fields of the same fitted
+    weights; the run's own seeded generator), evaluated like the run: name ->
+    {overrides, nfe, metrics}.  Untimed; the run's config is restored afterwards."""
+    out: dict[str, dict[str, Any]] = {}
+    config = method.config
+    for name, over in type(method).diagnostic_sampling.items():
+        method.config = config.replace(**over)
+        try:
+            gen = torch.Generator(device="cpu").manual_seed(10_000 + opts.seed)
+            method.nfe.reset()
+            samples, n_batches = _sample_untimed(method, test, opts.sample_batch, gen, device)
+            nfe = method.nfe.count / n_batches
+            if not bool(torch.isfinite(samples).all()):
+                out[name] = {"overrides": over, "nfe": nfe, "metrics": {},
+                             "status": "non-finite samples"}
+                continue
+            out[name] = {"overrides": over, "nfe": nfe,
+                         "metrics": evaluate(task, samples, test.x, test.cond, test.cond)}
+        finally:
+            method.config = config
+    return out
+
+
 def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
              key: dict[str, Any], path: Path, ckpt: Path, variant: str | None
              ) -> tuple[dict[str, Any], Path, bool]:
@@ -976,6 +1014,7 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
         raise PcgError(f"{exc}; no record written, the {n} samples are kept in {kept}") from exc
     samples_file = _save_samples(path, samples, test.x, test.cond, opts)
     status, reason = run_status(method, fit_stats, metrics)
+    diagnostics = diagnostic_samples(method, task, test, opts, device) if status == "ok" else {}
 
     record = {
         **key,
@@ -1003,6 +1042,8 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
         # 1-min load average and CPU count at start and end of fit and of sampling
         "load": load,
         "method_info": method.record_extras(),
+        # the same weights under the class's diagnostic samplers (never a column)
+        **({"diagnostics": diagnostics} if diagnostics else {}),
         "pretrained": method.pretrained_name(),
         "protocol": {**protocol_for(task.name, type(method)).as_record(),
                      "applied": bool(protocol_overrides(task.name, type(method), opts.preset)),

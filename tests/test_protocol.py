@@ -214,3 +214,22 @@ def test_leaderboard_flags_fields_whose_energy_distance_is_far_though_wd_is_not(
     notes = backbone_notes(mean, "cpu")
     assert len(notes) == 1 and "pmosfm energy distance 2.6x" in notes[0]
     assert "WD" not in notes[0].split("pmosfm", 1)[1]  # 1.75x WD is not named
+
+
+def test_backbone_note_tells_a_coarse_sampler_from_an_undertrained_network():
+    """The backbone's records carry its weights sampled on a fine Euler grid
+    (``diagnostics``): the note says which of the two the excess is."""
+    from pcgbench.leaderboard import backbone_notes
+
+    mean = pd.DataFrame({"data": [0.04], "fm_ot": [0.1]}, index=["wd"])
+
+    def recs(*wds: float) -> list[dict]:
+        return [{"diagnostics": {"euler_100": {"metrics": {"wd": w}}}} for w in wds]
+
+    (note,) = backbone_notes(mean, "cpu", by_method={"fm_ot": recs(0.04, 0.05)})
+    assert "2.5x" in note and "steps = 100" in note and "2 seed(s)" in note
+    assert "WD 1.1x the floor" in note and "the excess is the column's sampler" in note
+    (note,) = backbone_notes(mean, "cpu", by_method={"fm_ot": recs(0.1, 0.12)})
+    assert "WD 2.8x the floor" in note and "network itself is under-trained" in note
+    (note,) = backbone_notes(mean, "cpu", by_method={"fm_ot": [{}]})  # older records
+    assert "steps" not in note

@@ -91,3 +91,29 @@ def test_no_temp_files_left(tmp_path):
     run(_opts(tmp_path))
     leftovers = [p for p in (tmp_path / "r").rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+def test_the_backbone_record_carries_its_fine_grid_diagnostic(tmp_path):
+    """FM-OT's record holds the same weights sampled with 100 Euler steps (never a
+    column): counted NFE 100, every metric of the run, the run's own config intact."""
+    from pcgbench.runner import RunOptions, run
+
+    record, _, _ = run(RunOptions(task="burgers", method="fm_ot", preset="smoke",
+                                  results_dir=str(tmp_path / "r"),
+                                  data_dir=str(tmp_path / "d"), device="cpu",
+                                  progress=False))
+    diag = record["diagnostics"]["euler_100"]
+    assert diag["nfe"] == 100 and diag["overrides"] == {"steps": 100}
+    assert set(diag["metrics"]) == set(record["metrics"])
+    assert record["nfe"] == 20 and record["config"]["steps"] == 20
+    assert diag["metrics"]["wd"] != record["metrics"]["wd"]
+
+
+def test_a_diagnostic_sampler_must_override_sampling_only_fields():
+    import pytest
+
+    from pcgbench.errors import PcgError
+    from pcgbench.methods.fm_ot import FMOT
+
+    with pytest.raises(PcgError, match="not sampling-only"):
+        type("Bad", (FMOT,), {"diagnostic_sampling": {"x": {"iterations": 5}}})
