@@ -451,17 +451,20 @@ UNDERTRAINED_RATIO = 2.0
 FLOOR_METRICS = (("wd", "WD"), ("energy", "energy distance"))
 
 
+def _floor(mean: pd.DataFrame, metric: str) -> float | None:
+    """The data column's ``metric`` where it is a usable floor (finite, positive)."""
+    if "data" not in mean.columns or metric not in mean.index:
+        return None
+    floor = float(mean.loc[metric, "data"])
+    return None if math.isnan(floor) or floor <= 0 else floor
+
+
 def _floor_ratios(mean: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Per column, each of ``FLOOR_METRICS`` over the data column's value (where both are
     finite and the floor is positive)."""
     out: dict[str, dict[str, float]] = {}
-    if "data" not in mean.columns:
-        return out
     for metric, _ in FLOOR_METRICS:
-        if metric not in mean.index:
-            continue
-        floor = mean.loc[metric, "data"]
-        if math.isnan(floor) or floor <= 0:
+        if (floor := _floor(mean, metric)) is None:
             continue
         for c in mean.columns:
             v = mean.loc[metric, c]
@@ -478,14 +481,11 @@ def diagnostic_ratios(mean: pd.DataFrame, records: list[dict], name: str
             if isinstance((r.get("diagnostics") or {}).get(name), dict)
             and isinstance(r["diagnostics"][name].get("metrics"), dict)]
     out: dict[str, float] = {}
-    if not rows or "data" not in mean.columns:
-        return out, len(rows)
     for metric, _ in FLOOR_METRICS:
         vals = [float(m[metric]) for m in rows if isinstance(m.get(metric), (int, float))]
-        if metric not in mean.index or len(vals) != len(rows):
-            continue
-        floor = mean.loc[metric, "data"]
-        if not math.isnan(floor) and floor > 0 and all(map(math.isfinite, vals)):
+        floor = _floor(mean, metric)
+        if rows and floor is not None and len(vals) == len(rows) \
+                and all(map(math.isfinite, vals)):
             out[metric] = sum(vals) / len(vals) / floor
     return out, len(rows)
 

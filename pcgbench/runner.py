@@ -154,7 +154,7 @@ def planned_method(task: Task, opts: RunOptions) -> Method | MethodIdentity:
     """The method of ``opts`` as planning sees it, without running a solver: built where
     that reads no uncached data, else its :class:`MethodIdentity` (raises
     :class:`PcgError` for a method that builds on another and needs the data to be
-    built)."""
+    built).  ``task`` is left in planning mode (``generation_allowed`` False)."""
     task.generation_allowed = False
     try:
         return build_method(task, opts, torch.device("cpu"))
