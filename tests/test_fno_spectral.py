@@ -56,3 +56,23 @@ def test_a_grid_smaller_than_one_mode_gives_zeros():
     x = torch.randn(2, 2, 1, 8)  # one row: no full-axis mode fits (n // 2 = 0)
     assert torch.equal(conv(x), torch.zeros(2, 3, 1, 8))
     assert torch.equal(full_transform_forward(conv, x), torch.zeros(2, 3, 1, 8))
+
+
+@pytest.mark.parametrize("modes", [(5,), (4, 3), (3, 2, 4)])
+def test_mix_modes_is_the_complex_einsum(modes):
+    """The batched-matmul mode mixing computes einsum("bi...,io...->bo...") (to float
+    round-off; bitwise on the CPU stacks measured, benchmarks/fno_mode_mixing.py), and so
+    do its gradients."""
+    from pcgbench.backbones.fno import mix_modes
+
+    g = torch.Generator().manual_seed(0)
+    block = torch.randn(3, 4, *modes, dtype=torch.complex64, generator=g).requires_grad_()
+    w = torch.randn(4, 5, *modes, dtype=torch.complex64, generator=g).requires_grad_()
+    ref = torch.einsum("bi...,io...->bo...", block, w)
+    got = mix_modes(block, w)
+    assert got.shape == ref.shape
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    cot = torch.randn(ref.shape, dtype=torch.complex64, generator=g)
+    for a, b in zip(torch.autograd.grad(ref, (block, w), cot),
+                    torch.autograd.grad(got, (block, w), cot), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)

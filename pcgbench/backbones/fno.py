@@ -49,6 +49,20 @@ def hermitian_half(spec: Tensor, n: tuple[int, ...]) -> Tensor:
     return out
 
 
+def mix_modes(block: Tensor, w: Tensor) -> Tensor:
+    """``einsum("bi...,io...->bo...", block, w)`` for complex ``block [B, I, *m]`` and
+    ``w [I, O, *m]``: one batched matmul over the modes with both operands made
+    contiguous as [M, B, I] @ [M, I, O].
+
+    The same numbers as the einsum (bitwise on the CPU backends measured); einsum's own
+    layout makes CPU backends run one small GEMM per mode with copies of each operand
+    (~5,000 tiny copies per forward and backward of the `cpu` network), 4-5x slower."""
+    b, o, modes = block.shape[0], w.shape[1], block.shape[2:]
+    x = block.flatten(2).permute(2, 0, 1).contiguous()
+    wm = w.flatten(2).permute(2, 0, 1).contiguous()
+    return torch.bmm(x, wm).permute(1, 2, 0).reshape(b, o, *modes)
+
+
 class Pointwise(nn.Linear):
     """1x1 convolution over the channel dim (dim 1) of a [B, C, *spatial] tensor."""
 
@@ -103,7 +117,7 @@ class SpectralConv(nn.Module):
                 xs.append(slice(0, m[-1]))
                 ws.append(slice(0, m[-1]))
                 block = xf[(..., *xs)]
-                out[(..., *xs)] = torch.einsum("bi...,io...->bo...", block, w[(k, ..., *ws)])
+                out[(..., *xs)] = mix_modes(block, w[(k, ..., *ws)])
         out = hermitian_half(out, n)  # the narrowed spectrum holds column 0 (and Nyquist)
         if axes:
             out = torch.fft.ifftn(out, dim=axes)
