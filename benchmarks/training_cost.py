@@ -75,7 +75,7 @@ from pcgbench.config import apply_overrides, parse_assignments
 from pcgbench.method import RunContext
 from pcgbench.methods.fm_ot import PRESET_BUDGET
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import prepare, seed_everything
+from pcgbench.runner import prepare, recipe_overrides, seed_everything
 from pcgbench.timing import reset_peak_memory, synchronize
 
 PBFM_DEPTHS = (1, 2, 3, 4)
@@ -199,12 +199,15 @@ def measure(task, label: str, method_name: str, overrides: dict, args, device) -
     if reason:
         raise SystemExit(reason)
     cfg = cls.Config.for_preset(args.preset)
-    over = {"iterations": args.warmup + args.updates, **overrides}
+    # the task's departures from the preset recipe (e.g. dynamic_stall's U-Net), as a run
+    over = {**recipe_overrides(task, cls, args.preset),
+            "iterations": args.warmup + args.updates, **overrides}
     # one batch size for every method (PCFT's own preset default differs)
     over["batch_size"] = args.batch_size or PRESET_BUDGET[args.preset][1]
     if method_name == "pcft":
         over["iterations"] = args.pcft_warmup + args.pcft_updates
-    cfg = apply_overrides(cfg, {k: v for k, v in over.items() if hasattr(cfg, k)})
+    cfg = apply_overrides(cfg, {k: v for k, v in over.items()
+                                if hasattr(cfg, k.split(".")[0])})
     seed_everything(args.seed)
     method = cls(task, cfg, device)
     method.context = RunContext(seed=args.seed, preset=args.preset, results_dir=args.results,

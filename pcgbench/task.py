@@ -324,9 +324,11 @@ class Task(ABC):
     #: standardization) or "mean_mode" (the spatial mean scaled separately)
     normalizer_kind: ClassVar[str] = "channel"
     #: per preset, config fields of the preset recipe (``methods._flow.PRESET_RECIPE``)
-    #: that every method trained from scratch on this task takes instead (e.g.
-    #: ``{"cpu": {"lr": 3e-4}}``), measured with benchmarks/backbone_convergence.py and
-    #: documented in docs/protocols.md; ``--set`` still wins
+    #: or of the shared network (dotted ``backbone.*`` keys) that every method trained
+    #: from scratch on this task takes instead (e.g. ``{"cpu": {"lr": 3e-4}}``,
+    #: ``{"cpu": {"backbone.kind": "unet"}}``), measured with
+    #: benchmarks/backbone_convergence.py and documented in docs/protocols.md; ``--set``
+    #: still wins
     recipe_overrides: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     #: names of the axes of ``field_shape[1:]`` (figures label them: ``("t", "x")`` for a
     #: space-time field); None = ``("x", "y", "z")[:dims]`` (arrays indexed ``ij``)

@@ -104,3 +104,31 @@ def test_the_table_says_when_a_task_departs_from_the_recipe():
     assert any(line.startswith("training:") and "lr = 0.0003" in line
                for line in table_notes("kf_generation", "cpu", {}))
     assert not any(line.startswith("training:") for line in table_notes("darcy", "cpu", {}))
+
+
+def test_a_task_backbone_override_reaches_every_recipe_trained_method_and_trains(tmp_path):
+    """dynamic_stall's U-Net (``backbone.*`` keys in Task.recipe_overrides) is the network
+    of every method trained from scratch at cpu, is said under its tables, and each such
+    method fits and samples with it (smoke-sized data and budget)."""
+    from leaderboard.tables import table_notes
+    from pcgbench.runner import RunOptions, build_method, default_config
+
+    task = TASKS.get("dynamic_stall")(preset="cpu", progress=False)
+    trained = [n for n in METHODS.names() if METHODS.get(n).preset_recipe
+               and not METHODS.get(n).unsupported_reason(task)]
+    assert {"fm_ot", "pbfm", "pidm", "pmosfm"} <= set(trained)
+    for name in trained:
+        cfg = default_config(task, METHODS.get(name), "cpu")
+        assert (cfg.backbone.kind, cfg.backbone.layers) == ("unet", 3), name
+    assert any("backbone.kind = unet" in line for line in table_notes("dynamic_stall", "cpu", {}))
+    smoke = TASKS.get("dynamic_stall")(preset="smoke", data_dir=tmp_path, progress=False)
+    data = smoke.dataset("train")
+    for name in trained:
+        opts = RunOptions(task="dynamic_stall", method=name, preset="smoke",
+                          overrides={"backbone.kind": "unet", "backbone.layers": 2,
+                                     "iterations": 2})
+        method = build_method(smoke, opts, torch.device("cpu"))
+        method.fit(data)
+        test = smoke.dataset("test")
+        out = method.sample(test.cond[:2], 2, torch.Generator().manual_seed(0))
+        assert out.shape == (2, *smoke.spec.field_shape) and torch.isfinite(out).all(), name
