@@ -133,7 +133,7 @@ class KFGenerationTask(Task):
         if preset == "smoke":
             return KFGenerationParams(n=16, n_solver=48, n_traj=4, snaps_per_traj=8,
                                       n_traj_test=2)
-        # cpu: the solver in float32 (1.8x faster; the statistics of float64, see
+        # cpu: the solver in float32 (1.6-2.2x faster, measured; the statistics of float64, see
         # tests/test_kolmogorov.py::test_float32_solver_tracks_float64 and docs/protocols.md)
         return KFGenerationParams(solver_dtype="float32")
 

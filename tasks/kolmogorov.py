@@ -265,7 +265,7 @@ class KolmogorovTask(Task):
                 n=16, n_solver=32, n_re_train=3, n_re_test=2, traj_train=2, snaps_train=4,
                 traj_val=1, snaps_val=2, traj_test=2, snaps_test=4,
             )
-        # cpu: the solver in float32 (1.8x faster; the statistics of float64, see
+        # cpu: the solver in float32 (1.6-2.2x faster, measured; the statistics of float64, see
         # tests/test_kolmogorov.py::test_float32_solver_tracks_float64 and docs/protocols.md)
         return KolmogorovParams(solver_dtype="float32")
 

@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from pcgbench.backbones.fno import SpectralConv, hermitian_half, mode_caps
+from pcgbench.backbones.fno import SpectralConv, hermitian_half, mix_modes, mode_caps
 
 
 def full_transform_forward(conv: SpectralConv, x: torch.Tensor) -> torch.Tensor:
@@ -63,8 +63,6 @@ def test_mix_modes_is_the_complex_einsum(modes):
     """The batched-matmul mode mixing computes einsum("bi...,io...->bo...") (to float
     round-off; bitwise on the CPU stacks measured, benchmarks/fno_mode_mixing.py), and so
     do its gradients."""
-    from pcgbench.backbones.fno import mix_modes
-
     g = torch.Generator().manual_seed(0)
     block = torch.randn(3, 4, *modes, dtype=torch.complex64, generator=g).requires_grad_()
     w = torch.randn(4, 5, *modes, dtype=torch.complex64, generator=g).requires_grad_()

@@ -122,13 +122,12 @@ def test_a_task_backbone_override_reaches_every_recipe_trained_method_and_trains
         assert (cfg.backbone.kind, cfg.backbone.layers) == ("unet", 3), name
     assert any("backbone.kind = unet" in line for line in table_notes("dynamic_stall", "cpu", {}))
     smoke = TASKS.get("dynamic_stall")(preset="smoke", data_dir=tmp_path, progress=False)
-    data = smoke.dataset("train")
+    data, test = smoke.dataset("train"), smoke.dataset("test")
     for name in trained:
         opts = RunOptions(task="dynamic_stall", method=name, preset="smoke",
                           overrides={"backbone.kind": "unet", "backbone.layers": 2,
                                      "iterations": 2})
         method = build_method(smoke, opts, torch.device("cpu"))
         method.fit(data)
-        test = smoke.dataset("test")
         out = method.sample(test.cond[:2], 2, torch.Generator().manual_seed(0))
         assert out.shape == (2, *smoke.spec.field_shape) and torch.isfinite(out).all(), name

@@ -56,7 +56,8 @@ def mix_modes(block: Tensor, w: Tensor) -> Tensor:
 
     The same numbers as the einsum (bitwise on the CPU backends measured); einsum's own
     layout makes CPU backends run one small GEMM per mode with copies of each operand
-    (~5,000 tiny copies per forward and backward of the `cpu` network), 4-5x slower."""
+    (~5,000 tiny copies per forward and backward of the `cpu` network): the mixing alone
+    is 4-5x slower that way, the whole network 1.0-1.3x (benchmarks/fno_mode_mixing.py)."""
     b, o, modes = block.shape[0], w.shape[1], block.shape[2:]
     x = block.flatten(2).permute(2, 0, 1).contiguous()
     wm = w.flatten(2).permute(2, 0, 1).contiguous()
