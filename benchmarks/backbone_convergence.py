@@ -29,7 +29,7 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment
-from pcgbench.config import apply_overrides, parse_assignments
+from pcgbench.config import apply_overrides, parse_assignments, split_assignments
 from pcgbench.method import RunContext
 from pcgbench.metrics.distribution import wasserstein1
 from pcgbench.presets import data_preset
@@ -41,7 +41,7 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
           batch: int, overrides: dict | None = None, normalizer: str | None = None,
           params: dict | None = None, method_name: str | None = None,
           device: torch.device | None = None,
-          sampling: list[dict] | None = None) -> list[dict]:
+          sampling: list[dict] | None = None, save_dir: str | None = None) -> list[dict]:
     task_cls = TASKS.get(task_name)
     task_params = task_cls.params_for(data_preset(preset))
     if params:
@@ -121,12 +121,17 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
                else None, "wd(train, test)": train_wd,
                "wd / wd(train, test)": (m["wd"] / train_wd) if m.get("wd") and train_wd
                else None, "train s": round(clock["train"], 1)}
+        if "energy" in m:  # whole-field structure, which pointwise WD misses
+            row["energy"] = m["energy"]
+            row["energy floor"] = floor.get("energy")
         for key in ("re", "js", "mmse", "smse"):
             if key in m:
                 row[key] = m[key]
                 if key in ("mmse", "smse") and pooled and key in floor:
                     row[f"{key} floor"] = floor[key]  # the suite's metrics, no WD
         rows.append(row)
+        if save_dir is not None:
+            save_samples(save_dir, row, samples, test.x)
         print(tabulate([row], headers="keys", floatfmt=".4g"), flush=True)
 
     # the module whose fit calls train_loop (FFM inherits FM-OT's fit: methods.fm_ot)
@@ -142,6 +147,25 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
     finally:
         fit_module.train_loop = original
     return rows
+
+
+def save_samples(save_dir: str, row: dict, samples: torch.Tensor,
+                 reference: torch.Tensor) -> None:
+    """Write a checkpoint's samples beside the test split (the layout of a run's
+    ``.samples.h5``: datasets ``samples`` and ``reference``), to look at, not only score."""
+    import re
+    from pathlib import Path
+
+    import h5py
+
+    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", row["backbone"]).strip("_")
+    name = f"{row['task']}-{label}-{row['updates']}"
+    path = Path(save_dir) / f"{name}.samples.h5"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as h:
+        h["samples"] = samples.numpy()
+        h["reference"] = reference.numpy()
+    print(f"samples: {path}", flush=True)
 
 
 def main() -> None:
@@ -163,8 +187,12 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="backbone config overrides, e.g. --set backbone.width=32")
     ap.add_argument("--sample-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="also evaluate each checkpoint with this sampling-only override "
-                         "(one extra row each), e.g. --sample-set sample_steps=2")
+                    help="also evaluate each checkpoint with these sampling-only overrides "
+                         "(one extra row each; several joined by commas), e.g. --sample-set "
+                         "sample_steps=2 --sample-set sample_path=diagonal,sample_steps=20")
+    ap.add_argument("--save-samples", default=None, metavar="DIR",
+                    help="write each checkpoint's samples and the test split to DIR "
+                         "(HDF5, a run's samples-file layout)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     device = environment.resolve_device(args.device)
@@ -175,7 +203,8 @@ def main() -> None:
         rows += curve(t, args.preset, sorted(args.checkpoints), args.seed, args.data_dir,
                       args.batch_size, parse_assignments(args.set), args.normalizer,
                       parse_assignments(args.params), args.method, device,
-                      [parse_assignments([a]) for a in args.sample_set])
+                      [parse_assignments(split_assignments(a)) for a in args.sample_set],
+                      args.save_samples)
     print()
     print(tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
 

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class PMosFMConfig(MethodConfig):
     sampling_only: ClassVar[frozenset[str]] = frozenset({"sample_decode", "sample_capture",
-                                                         "sample_steps"})
+                                                         "sample_steps", "sample_path"})
     #: meaningful values beyond the naming conventions (shares in [0, 1], weights >= 0)
     bounds: ClassVar[dict[str, Bounds]] = {"gamma": UNIT,
                                            "delta_range": Bounds(0.0, 1.0, ordered=True),
@@ -164,6 +164,12 @@ class PMosFMConfig(MethodConfig):
     # two-time map's semigroup use, a diagnostic of the one-step endpoint; sampling only:
     # the fitted model is shared)
     sample_steps: int = 1
+    # what each of the sample_steps calls evaluates: "two_time" (the default, the paper's)
+    # = the map T^{t_j, t_{j+1}}; "diagonal" = Euler on the L_FM branch u(P_s(r - m_s), s,
+    # s) (Eq. diagonal-fm-loss: the flow-matching velocity the same network learns), a
+    # diagnostic that separates "the network has not learned the velocity" from "the
+    # one-step endpoint has not converged" (sampling only, its own column)
+    sample_path: Literal["two_time", "diagonal"] = "two_time"
     # the training loss of the two-time map (pcgbench.methods.onestep.OBJECTIVES):
     # "native" = Eq. pmosfm-loss above; meanflow | imf | shortcut | soflow | drifting |
     # wflow swap in a published one-step objective on the same chart, C_c, P_s, backbone
@@ -477,7 +483,8 @@ class PMosFM(Method):
         # piecewise); k = sample_steps = 1 is the paper's one-step map r0 + u(P_0 r0, 0, 1)
         grid = torch.linspace(0.0, 1.0, self.config.sample_steps + 1, device=self.device)
         for a, b in zip(grid[:-1], grid[1:], strict=True):
-            s, t = a.expand(n), b.expand(n)
+            s = a.expand(n)
+            t = s if self.config.sample_path == "diagonal" else b.expand(n)
             with timer.phase("precondition"):
                 z = self.whitening.apply(r1, s, cond=self._whiten_cond(cond))
             with timer.phase("network"):

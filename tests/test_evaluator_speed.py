@@ -137,3 +137,31 @@ def test_inference_benchmark_reuses_the_backbone_in_its_results_dir(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert not (tmp_path / "default").exists() or not any((tmp_path / "default").rglob("*.pt"))
     assert len(list((tmp_path / "r").rglob("fm_ot/*.pt"))) == 1
+
+
+def test_convergence_benchmark_saves_the_samples_it_scores(tmp_path):
+    """``benchmarks/backbone_convergence.py --save-samples DIR``: one HDF5 file per
+    (checkpoint, sampler) with the samples and the test split, and ``--sample-set`` with
+    several comma-joined sampling-only fields (PMosFM's diagonal Euler path)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import h5py
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "backbone_convergence.py"), "--tasks",
+         "burgers", "--preset", "smoke", "--method", "pmosfm", "--checkpoints", "4",
+         "--sample-set", "sample_path=diagonal,sample_steps=3", "--data-dir",
+         str(tmp_path / "d"), "--save-samples", str(tmp_path / "s")],
+        capture_output=True, text=True, cwd=root, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    files = sorted(p.name for p in (tmp_path / "s").iterdir())
+    assert files == ["burgers-pmosfm-4.samples.h5",
+                     "burgers-pmosfm_sample_path=diagonal_sample_steps=3-4.samples.h5"]
+    with h5py.File(tmp_path / "s" / files[1]) as h:
+        assert h["samples"].shape == h["reference"].shape
+        assert torch.isfinite(torch.from_numpy(h["samples"][:])).all()
