@@ -34,7 +34,13 @@ from pcgbench.method import RunContext
 from pcgbench.metrics.distribution import wasserstein1
 from pcgbench.presets import data_preset
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import evaluate, recipe_overrides, reference_metrics, seed_everything
+from pcgbench.runner import (
+    evaluate,
+    recipe_overrides,
+    reference_metrics,
+    seed_everything,
+    write_samples_file,
+)
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,
@@ -131,7 +137,7 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
                     row[f"{key} floor"] = floor[key]  # the suite's metrics, no WD
         rows.append(row)
         if save_dir is not None:
-            save_samples(save_dir, row, samples, test.x)
+            save_samples(save_dir, row, samples, test)
         print(tabulate([row], headers="keys", floatfmt=".4g"), flush=True)
 
     # the module whose fit calls train_loop (FFM inherits FM-OT's fit: methods.fm_ot)
@@ -149,22 +155,16 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
     return rows
 
 
-def save_samples(save_dir: str, row: dict, samples: torch.Tensor,
-                 reference: torch.Tensor) -> None:
-    """Write a checkpoint's samples beside the test split (the layout of a run's
-    ``.samples.h5``: datasets ``samples`` and ``reference``), to look at, not only score."""
+def save_samples(save_dir: str, row: dict, samples: torch.Tensor, test) -> None:
+    """Write a checkpoint's samples beside the test split (a run's ``.samples.h5``
+    layout), to look at, not only score."""
     import re
     from pathlib import Path
 
-    import h5py
-
     label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", row["backbone"]).strip("_")
-    name = f"{row['task']}-{label}-{row['updates']}"
-    path = Path(save_dir) / f"{name}.samples.h5"
+    path = Path(save_dir) / f"{row['task']}-{label}-{row['updates']}.samples.h5"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with h5py.File(path, "w") as h:
-        h["samples"] = samples.numpy()
-        h["reference"] = reference.numpy()
+    write_samples_file(path, samples, test.x, test.cond)
     print(f"samples: {path}", flush=True)
 
 

@@ -536,22 +536,28 @@ def _save_samples(record_path: Path, samples: torch.Tensor, reference: torch.Ten
     n = min(int(n), len(samples))
     if n <= 0:
         return None
-    import h5py
-
     out = record_path.with_suffix(".samples.h5")
+    write_samples_file(out, samples[:n], reference[:n], None if cond is None else cond[:n])
+    return str(out)
+
+
+def write_samples_file(out: Path, samples: torch.Tensor, reference: torch.Tensor,
+                       cond: torch.Tensor | None) -> None:
+    """``samples``, the ``reference`` test fields and their ``cond`` as HDF5 at ``out``
+    (atomic): the ``.samples.h5`` layout the report reads."""
+    import h5py
 
     def write(tmp: Path) -> None:
         with h5py.File(tmp, "w") as f:
-            f.create_dataset("samples", data=samples[:n].detach().cpu().float().numpy(),
+            f.create_dataset("samples", data=samples.detach().cpu().float().numpy(),
                              compression="gzip")
-            f.create_dataset("reference", data=reference[:n].cpu().float().numpy(),
+            f.create_dataset("reference", data=reference.cpu().float().numpy(),
                              compression="gzip")
             if cond is not None:
-                f.create_dataset("cond", data=cond[:n].cpu().float().numpy())
+                f.create_dataset("cond", data=cond.cpu().float().numpy())
             f.attrs["note"] = "first n generated samples, the same test fields, conditions"
 
     atomic_write(out, write)
-    return str(out)
 
 
 #: a fit whose loss ends this many times above its lowest running median diverged (the
