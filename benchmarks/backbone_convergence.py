@@ -1,14 +1,15 @@
 """WD (and the task's other metrics) of the shared flow backbone vs training updates.
 
 For each task, trains the shared backbone of the sampling-time methods (FM-OT, or FFM on
-the zero-shot suite) once with the preset's architecture and batch for ``--max-updates``
-updates; at each update count in ``--checkpoints`` it samples the whole test split
-(Euler, the backbone's own steps) and evaluates it.  The learning rate is constant
-(``train_loop``), so the model at k updates is the model a run with ``iterations=k``
-would train: one training gives the whole curve.  Prints, per task, WD and the data
-floor (``Task.data_reference`` against the test split, the leaderboard's ``data``
-column), their
-ratio, and the cumulative training seconds.
+the zero-shot suite, or ``--method``) once with the preset's architecture and batch up to
+the largest checkpoint; at each update count in ``--checkpoints`` it samples the whole test split
+(Euler, the backbone's own steps) and evaluates it.  The run's lr schedule spans the
+largest checkpoint: with a constant lr the model at k updates is the model a run with
+``iterations=k`` would train (one training gives the whole curve); with a decaying one
+(the presets' recipe: warm-up + cosine) only the last checkpoint is such a run, the
+earlier ones are mid-schedule (higher lr, EMA still averaging) and the script says so.
+Prints, per task, WD and the data floor (``Task.data_reference`` against the test split,
+the leaderboard's ``data`` column), their ratio, and the cumulative training seconds.
 
     OMP_NUM_THREADS=1 python benchmarks/backbone_convergence.py --preset cpu \
         --tasks burgers darcy --checkpoints 100 200 400 800 1600
@@ -62,6 +63,11 @@ def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_d
     config = apply_overrides(cls.Config.for_preset(preset),
                              {**recipe_overrides(task, cls, preset), **dict(overrides or {})})
     method = cls(task, config.replace(iterations=max(checkpoints)), device or "cpu")
+    schedule = getattr(config, "lr_schedule", "constant")
+    if schedule != "constant" and len(checkpoints) > 1:
+        print(f"{task_name}: lr schedule {schedule!r} over {max(checkpoints)} updates: only "
+              f"the last checkpoint is a run of that length; the earlier ones are "
+              f"mid-schedule", flush=True)
     method.context = RunContext(seed=seed, preset=preset, progress=False)
     sampling = sampling or []
     allowed = getattr(type(config), "sampling_only", frozenset())
