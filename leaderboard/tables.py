@@ -579,7 +579,9 @@ def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
         lines.append("train peak memory: " + "; ".join(MEMORY_KINDS.get(k, k) for k in kinds)
                      + "; '–' where the run reused a checkpoint (no fit)")
     cells = sorted(mean.attrs.get("loaded", ())) if mean is not None else []
-    cells = [(r, c) for r, c in cells if r in mean.index and c in mean.columns]
+    # only cells that show a value (a method without a fit has no train time to mark)
+    cells = [(r, c) for r, c in cells if r in mean.index and c in mean.columns
+             and pd.notna(mean.loc[r, c])]
     if cells:
         lines.append(f"{LOADED_MARK} timing measured while the machine's 1-minute load "
                      "average exceeded its CPU count: " + ", ".join(f"{c} {r}" for r, c in

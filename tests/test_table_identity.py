@@ -84,6 +84,17 @@ def test_timing_cells_measured_under_load_are_marked():
     assert any(n.startswith("train peak memory: CPU: growth") for n in notes)
 
 
+def test_the_load_note_names_only_cells_that_show_a_value():
+    busy = {phase: {"start": {"load1": 3.2, "cpus": 2}} for phase in ("fit", "sample")}
+    sampler = _rec("pcfm", load=busy, training={})  # reuses the backbone: no fit of its own
+    cols = {"fm_ot": [_rec(load=busy)], "pcfm": [sampler]}
+    mean, _, _ = summary_frame(cols, ("wd",))
+    note = next(n for n in table_notes("burgers", "cpu", cols, mean)
+                if n.startswith(LOADED_MARK))
+    assert "fm_ot train [s/update]" in note and "pcfm time/sample [s]" in note
+    assert "pcfm train [s/update]" not in note
+
+
 def test_every_format_says_what_its_data_are(tmp_path, monkeypatch, capsys):
     root = tmp_path / "results"
     monkeypatch.setenv("PCGBENCH_RESULTS", str(root))
