@@ -281,6 +281,8 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
 
     spec = TASKS.get(task)(preset=preset, progress=False).spec if task in TASKS else None
     channel = spec.channel_names[0] if spec is not None else "channel 0"
+    # unconditional tasks: a column's sample is an independent draw, not the test row's
+    unconditional = spec is not None and spec.cond_dim == 0 and spec.cond_channels == 0
     rows = {"reference": reference, **{m: s["samples"] for m, s in saved.items()}}
 
     def grid_plot() -> Any:
@@ -307,7 +309,8 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
                                    vmin=lo, vmax=hi, interpolation="nearest")
                 ax.tick_params(labelsize=8)
                 if i == 0:
-                    ax.set_title(f"test condition {j + 1}", fontsize=9)
+                    ax.set_title(f"test row {j + 1} / draw {j + 1}" if unconditional
+                                 else f"test condition {j + 1}", fontsize=9)
                 if i == len(rows) - 1:
                     ax.set_xlabel(f"{hname} [grid index]", fontsize=9)
                 if j == 0:
@@ -437,8 +440,13 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
         _figure(cost_plot, f"quality vs cost: {quality} against seconds per sample (log "
                            "axes), NFE in brackets"),
         _figure(loss_plot, "training-loss curves (each method's own objective)"),
-        _figure(grid_plot, f"samples ({channel}): the same first test conditions, reference "
-                           "vs methods, one colour scale (the reference's range)", wide=True),
+        _figure(grid_plot, (f"samples ({channel}): the first test rows and each method's "
+                            "first draws (unconditional task: a draw is an independent "
+                            "sample, not a reconstruction of the row above it)"
+                            if unconditional else
+                            f"samples ({channel}): the same first test conditions, reference "
+                            "vs methods") + ", one colour scale (the reference's range)",
+                wide=True),
         _figure(hist_plot, "value histograms of the saved samples"),
         _figure(spectrum_plot, "energy spectra (radially averaged, channel 0)"),
         _figure(residual_plot, "log10 |evaluator residual| of the first test condition: "

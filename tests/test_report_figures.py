@@ -94,6 +94,9 @@ def test_sections_label_and_scale_their_figures(synthetic):
     assert "one colour scale" in burgers and "Q-R joint PDFs" not in burgers
     assert "Q-R joint PDFs of the velocity gradient" in hit
     assert burgers.count('class="wide"') == 2 and hit.count('class="wide"') == 3
+    # an unconditional task's draws are not reconstructions of the test rows above them
+    assert "not a reconstruction of the row above it" in burgers
+    assert "the same first test conditions" in hit and "reconstruction of the row" not in hit
 
 
 @pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no chromium/chromedriver")
