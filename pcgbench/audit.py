@@ -362,6 +362,27 @@ def provenance(task: str, preset: str) -> str:
     return fn(preset) if callable(fn) else ""
 
 
+def regime_notes(records: list[dict], tasks: list[str], preset: str, device: str = "cpu"
+                 ) -> list[str]:
+    """The regime each audited task's verdicts were reached in: the leaderboard's notes on
+    columns whose WD or energy distance exceed 2x the data floor
+    (:func:`pcgbench.leaderboard.tables.backbone_notes`), computed from the same records
+    (this preset, this device kind; the data column whatever its kind), one line each."""
+    from pcgbench.leaderboard.tables import backbone_notes, group_records, summary_frame
+
+    mine = [r for r in records if r.get("method") == "data"
+            or str(r.get("device_kind") or "cpu") == device]
+    groups = group_records(mine)
+    out = []
+    for task in tasks:
+        if not (cols := groups.get((task, preset))):
+            continue
+        mean, _, _ = summary_frame(cols)
+        out += [f"regime ({task}): {note.removeprefix('note: ')}"
+                for note in backbone_notes(mean, preset, by_method=cols)]
+    return out
+
+
 def audit_rows(records: list[dict], preset: str, device: str = "cpu",
                bench: list[dict] | None = None, method: str = "pmosfm"
                ) -> list[dict[str, str]]:

@@ -531,7 +531,7 @@ def cmd_show_config(args: argparse.Namespace) -> None:
 def cmd_audit(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from pcgbench.audit import RULE, audit_rows
+    from pcgbench.audit import RULE, audit_rows, regime_notes
     from pcgbench.benchrecords import load_benchmark_records
     from pcgbench.leaderboard import load_records
     from pcgbench.presets import check_preset
@@ -560,6 +560,10 @@ def cmd_audit(args: argparse.Namespace) -> None:
         line = df.loc[df["task"] == task, "provenance"].iloc[0]
         if line:
             print(f"data ({task}): {line}")
+    # the regime: which compared columns had not learned the data (> 2x the floor)
+    regime = regime_notes(records, list(dict.fromkeys(df["task"])), args.preset, args.device)
+    if regime:
+        print("\n" + "\n".join(regime))
     from pcgbench.leaderboard.tables import failed_notes
 
     failed = failed_notes(records, set(df["task"]), args.preset)

@@ -15,6 +15,7 @@ from pcgbench.audit import (
     judge,
     load_claims,
     normalize_quote,
+    regime_notes,
 )
 from pcgbench.benchrecords import write_benchmark_record
 from pcgbench.cli import main
@@ -184,6 +185,25 @@ def test_ablation_most_benchmarks_line():
     assert by_task["kf_generation"].startswith("contradicted")
     assert by_task["dynamic_stall"].startswith("inconclusive")
     assert by_task["most benchmarks"].startswith("inconclusive: supported on 2")
+
+
+def _data_rec(wd, task="burgers"):
+    versions = {"task": TASKS.get(task).version, "data": TASKS.get(task).data_version}
+    if TASKS.get(task).reference_version():
+        versions["reference"] = TASKS.get(task).reference_version()
+    return {"task": task, "method": "data", "seed": 0, "preset": "cpu", "status": "ok",
+            "metrics": {"wd": wd}, "nfe": 0, "inference": {}, "training": {},
+            "code_versions": versions, "finished": "2026"}
+
+
+def test_the_audit_names_the_columns_that_had_not_learned_the_data():
+    recs = [_data_rec(0.1), *_cell("pmosfm", [0.5, 0.52, 0.48]),
+            *_cell("fm_ot", [0.1, 0.11, 0.09]), *_cell("pcfm", [0.1] * 3, device="cuda")]
+    notes = regime_notes(recs, ["burgers", "darcy"], "cpu")
+    assert len(notes) == 1 and notes[0].startswith("regime (burgers): above 2x the data floor")
+    assert "pmosfm WD 5.0x" in notes[0] and "fm_ot" not in notes[0] and "pcfm" not in notes[0]
+    # the CUDA audit sees only its own columns (pcfm at the floor: no note)
+    assert regime_notes(recs, ["burgers"], "cpu", device="cuda") == []
 
 
 def test_audit_cli(tmp_path, monkeypatch, capsys):
