@@ -98,7 +98,7 @@ class AdvNO(Method):
     @classmethod
     def unsupported_reason(cls, task: Task) -> str | None:
         spec = task.spec
-        if spec.cond_channels == 0 and spec.cond_dim == 0 or spec.zero_shot:
+        if spec.unconditional or spec.zero_shot:
             return (f"method 'advno' is a conditional operator (condition -> field), and "
                     f"task {task.name!r} gives it no condition to map")
         return super().unsupported_reason(task)

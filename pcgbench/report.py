@@ -282,7 +282,7 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
     spec = TASKS.get(task)(preset=preset, progress=False).spec if task in TASKS else None
     channel = spec.channel_names[0] if spec is not None else "channel 0"
     # unconditional tasks: a column's sample is an independent draw, not the test row's
-    unconditional = spec is not None and spec.cond_dim == 0 and spec.cond_channels == 0
+    unconditional = spec is not None and spec.unconditional
     rows = {"reference": reference, **{m: s["samples"] for m, s in saved.items()}}
 
     def grid_plot() -> Any:

@@ -79,6 +79,11 @@ class TaskSpec:
         return self.field_shape[0]
 
     @property
+    def unconditional(self) -> bool:
+        """No condition at all: neither a vector ``cond`` nor a field-shaped one."""
+        return self.cond_dim == 0 and self.cond_channels == 0
+
+    @property
     def spatial_shape(self) -> tuple[int, ...]:
         return self.field_shape[1:]
 

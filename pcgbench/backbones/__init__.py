@@ -164,7 +164,7 @@ def conditioned_backbone(cfg: BackboneConfig, spec: TaskSpec, *, in_channels: in
                          cond_dim=spec.cond_dim if conditioned else 0)
     if field_cond:
         return FieldCondInput(net, field_cond)
-    if conditioned or (spec.cond_dim == 0 and spec.cond_channels == 0):
+    if conditioned or spec.unconditional:
         return net
     return IgnoreCond(net)
 
