@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
 
+from pcgbench.method import method_lineage
 from pcgbench.registry import METHODS, METRICS, TASKS
 
 EXTRA_ROWS = (
@@ -544,6 +546,16 @@ MEMORY_KINDS = {
 }
 
 
+def _assignments(over: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                     for k, v in over.items())
+
+
+def _lineage(method: str) -> list[str]:
+    cls = METHODS.lookup(method)
+    return method_lineage(cls) if cls is not None else [method]
+
+
 def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
                 mean: pd.DataFrame | None = None) -> list[str]:
     """The lines every per-task table carries under it: what its data are (the task's
@@ -556,9 +568,15 @@ def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
         lines.append(f"data: {cls.provenance(preset)}")
         if recipe := getattr(cls, "recipe_overrides", {}).get(preset):
             lines.append("training: every method trained from scratch takes "
-                         + ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
-                                     for k, v in recipe.items())
+                         + _assignments(recipe)
                          + " on this task instead of the preset recipe's (docs/protocols.md)")
+        shown = {method_of(c) for c in by_method}
+        for name, per_preset in getattr(cls, "method_overrides", {}).items():
+            if (over := per_preset.get(preset)) and (
+                    name in shown or any(name in _lineage(m) for m in shown)):
+                lines.append(f"training: {name} (and the methods built as its variants) takes "
+                             + _assignments(over) + " on this task (a stability fix: "
+                             "docs/protocols.md)")
     floors = [r for c, recs in by_method.items() if method_of(c) == "data" for r in recs
               if isinstance(r.get("reference_draws"), int) and r["reference_draws"] > 1]
     if floors:  # what the data column is, where it is not simply the val split

@@ -255,3 +255,14 @@ class Method(ABC):
 
 
 MethodFactory = Callable[[Task, MethodConfig, torch.device], Method]
+
+
+def method_lineage(method_cls: type) -> list[str]:
+    """Registered names of ``method_cls`` and of the methods it subclasses, most specific
+    first (``pmosfm_tuned`` -> ``["pmosfm_tuned", "pmosfm"]``)."""
+    names: list[str] = []
+    for klass in method_cls.__mro__:
+        name = klass.__dict__.get("name", "")
+        if isinstance(name, str) and name and name not in names:
+            names.append(name)
+    return names

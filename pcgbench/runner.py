@@ -31,7 +31,7 @@ from pcgbench.checkpoints import check_state, load_checkpoint, save_checkpoint
 from pcgbench.config import apply_overrides, check_config, to_dict
 from pcgbench.errors import DataNotGenerated, PcgError, TrainingDiverged, UnsupportedError
 from pcgbench.log import logger
-from pcgbench.method import FitStats, Method, RunContext
+from pcgbench.method import FitStats, Method, RunContext, method_lineage
 from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
 from pcgbench.presets import check_preset
@@ -105,11 +105,14 @@ def build_task(opts: RunOptions) -> Task:
 
 
 def recipe_overrides(task: Task, method_cls: type[Method], preset: str) -> dict[str, Any]:
-    """The task's departures from the preset recipe (``Task.recipe_overrides``) for a
-    method trained from scratch with it; none for the others."""
-    if not method_cls.preset_recipe:
-        return {}
-    return dict(type(task).recipe_overrides.get(preset, {}))
+    """The task's departures from the preset recipe for this method: ``Task.recipe_overrides``
+    where the method is trained from scratch with the recipe, then the task's
+    ``method_overrides`` of the method's registered name and of the registered methods
+    it subclasses (the most specific last)."""
+    out = dict(type(task).recipe_overrides.get(preset, {})) if method_cls.preset_recipe else {}
+    for name in method_lineage(method_cls)[::-1]:
+        out.update(type(task).method_overrides.get(name, {}).get(preset, {}))
+    return out
 
 
 def method_config(task: Task, opts: RunOptions) -> tuple[type[Method], Any]:

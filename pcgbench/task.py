@@ -335,6 +335,12 @@ class Task(ABC):
     #: benchmarks/backbone_convergence.py and documented in docs/protocols.md; ``--set``
     #: still wins
     recipe_overrides: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: per method name, then per preset, config fields that this one method (and the
+    #: methods registered as its subclasses, e.g. ``pmosfm_tuned`` of ``pmosfm``) takes on
+    #: this task on top of ``recipe_overrides`` -- a measured stability fix, never a tuning
+    #: for a better score (e.g. ``{"pmosfm": {"cpu": {"lr": 5e-4}}}``); printed under every
+    #: table of the task and documented in docs/protocols.md; ``--set`` still wins
+    method_overrides: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {}
     #: names of the axes of ``field_shape[1:]`` (figures label them: ``("t", "x")`` for a
     #: space-time field); None = ``("x", "y", "z")[:dims]`` (arrays indexed ``ij``)
     field_axes: ClassVar[tuple[str, ...] | None] = None

@@ -106,6 +106,39 @@ def test_the_table_says_when_a_task_departs_from_the_recipe():
     assert not any(line.startswith("training:") for line in table_notes("darcy", "cpu", {}))
 
 
+def test_a_method_override_reaches_that_method_and_its_variants_only():
+    """darcy's ``method_overrides`` (PMosFM's lr, a stability fix) reach ``pmosfm`` and
+    ``pmosfm_tuned`` (registered as its subclass) at ``cpu`` -- in a run and in the
+    default column alike -- and no other method or preset; --set wins; the table says so
+    only where a PMosFM column is shown."""
+    from leaderboard.tables import table_notes
+    from pcgbench.method import method_lineage
+    from pcgbench.runner import RunOptions, build_method, default_config
+
+    assert method_lineage(METHODS.get("pmosfm_tuned")) == ["pmosfm_tuned", "pmosfm"]
+    task = TASKS.get("darcy")(preset="cpu", progress=False)
+    lr = task.method_overrides["pmosfm"]["cpu"]["lr"]
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        if cls.unsupported_reason(task):
+            continue
+        method = build_method(task, RunOptions(task="darcy", method=name, preset="cpu"),
+                              torch.device("cpu"))
+        assert method.config == default_config(task, cls, "cpu")
+        base = getattr(cls.Config.for_preset("cpu"), "lr", None)
+        expected = lr if "pmosfm" in method_lineage(cls) else base
+        assert getattr(method.config, "lr", None) == expected, name
+    forced = build_method(task, RunOptions(task="darcy", method="pmosfm", preset="cpu",
+                                           overrides={"lr": 1e-3}), torch.device("cpu"))
+    assert forced.config.lr == 1e-3
+    for preset in ("smoke", "paper"):
+        assert default_config(task, METHODS.get("pmosfm"), preset).lr != lr
+    notes = table_notes("darcy", "cpu", {"pmosfm_tuned": []})
+    assert any(line.startswith("training: pmosfm") and "lr = 0.0005" in line for line in notes)
+    assert not any("pmosfm" in line and line.startswith("training:")
+                   for line in table_notes("darcy", "cpu", {"fm_ot": []}))
+
+
 def test_a_task_backbone_override_reaches_every_recipe_trained_method_and_trains(tmp_path):
     """dynamic_stall's U-Net (``backbone.*`` keys in Task.recipe_overrides) is the network
     of every method trained from scratch at cpu, is said under its tables, and each such
