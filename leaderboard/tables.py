@@ -3,6 +3,7 @@ seeds, best bolded (the ``data`` reference column is never bolded)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -58,8 +59,35 @@ def stale_reason(record: dict) -> str | None:
             now[f"pretrained:{name}"] = base.version
     behind = [f"{k} {have.get(k, 0)} < {v}" for k, v in sorted(now.items())
               if have.get(k, 0) < v]
-    return f"recorded before a code fix (version {', '.join(behind)}): rerun" if behind \
-        else None
+    if behind:
+        return f"recorded before a code fix (version {', '.join(behind)}): rerun"
+    if changed := default_config_changes(record):
+        return ("recorded with another default config (now " + ", ".join(changed)
+                + "): rerun")
+    return None
+
+
+def default_config_changes(record: dict) -> list[str]:
+    """``key = value`` of the fields where a default-column record's config differs from
+    the method's default config on its task and preset today (a task's recipe or
+    method overrides changed since it ran); [] for variants, for fields the record or
+    the config lacks (added or removed since: the old behaviour), and where the task or
+    method is not registered here."""
+    if record.get("variant") or not isinstance(record.get("config"), dict):
+        return []
+    now = _default_config(str(record.get("task")), str(record.get("method")),
+                          str(record.get("preset")))
+    if now is None:
+        return []
+    have = record["config"]
+    return [f"{k} = {now[k]}" for k in sorted(set(have) & set(now)) if have[k] != now[k]]
+
+
+@functools.lru_cache(maxsize=256)
+def _default_config(task: str, method: str, preset: str) -> dict | None:
+    from pcgbench.runner import default_config_dict
+
+    return default_config_dict(task, method, preset)
 
 
 def status_of(record: dict) -> str:

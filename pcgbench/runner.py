@@ -104,14 +104,16 @@ def build_task(opts: RunOptions) -> Task:
     )
 
 
-def recipe_overrides(task: Task, method_cls: type[Method], preset: str) -> dict[str, Any]:
+def recipe_overrides(task: Task | type[Task], method_cls: type[Method], preset: str
+                     ) -> dict[str, Any]:
     """The task's departures from the preset recipe for this method: ``Task.recipe_overrides``
     where the method is trained from scratch with the recipe, then the task's
     ``method_overrides`` of the method's registered name and of the registered methods
     it subclasses (the most specific last)."""
-    out = dict(type(task).recipe_overrides.get(preset, {})) if method_cls.preset_recipe else {}
+    task_cls = task if isinstance(task, type) else type(task)
+    out = dict(task_cls.recipe_overrides.get(preset, {})) if method_cls.preset_recipe else {}
     for name in method_lineage(method_cls)[::-1]:
-        out.update(type(task).method_overrides.get(name, {}).get(preset, {}))
+        out.update(task_cls.method_overrides.get(name, {}).get(preset, {}))
     return out
 
 
@@ -207,12 +209,26 @@ def run_key(task: Task, method: Method, opts: RunOptions,
     }, code_versions(task, method))
 
 
-def default_config(task: Task, method_cls: type[Method], preset: str) -> Any:
+def default_config(task: Task | type[Task], method_cls: type[Method], preset: str) -> Any:
     """The config of a method's default leaderboard column: the preset's defaults with
-    the sampling protocol applied (no --set, --chart or --data-file)."""
+    the task's recipe departures and the sampling protocol applied (no --set, --chart or
+    --data-file)."""
     return apply_overrides(method_cls.Config.for_preset(preset),
                            {**recipe_overrides(task, method_cls, preset),
                             **protocol_overrides(task.name, method_cls, preset)})
+
+
+def default_config_dict(task: str, method: str, preset: str) -> dict[str, Any] | None:
+    """:func:`default_config` as a run record stores it (JSON types), or None where the
+    task or method is not registered here or the preset unknown."""
+    task_cls, method_cls = TASKS.lookup(task), METHODS.lookup(method)
+    if task_cls is None or method_cls is None:
+        return None
+    try:
+        config = default_config(task_cls, method_cls, preset)
+    except (PcgError, KeyError, ValueError, TypeError):
+        return None
+    return json.loads(json.dumps(to_dict(config)))
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

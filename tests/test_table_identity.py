@@ -184,3 +184,23 @@ def test_every_run_computes_float32_as_ieee_on_any_device():
 
     resolve_device("cpu")
     assert full_fp32() == {"matmul": "ieee", "conv": "ieee", "rnn": "ieee"}
+
+
+def test_a_default_column_record_of_an_older_default_config_is_stale():
+    """A cell is one config: a record written before the task's overrides changed the
+    method's default (darcy: PMosFM's lr) is stale, named with the field; a variant, a
+    record lacking the field, and one equal to today's default are not."""
+    from pcgbench.leaderboard.tables import is_ok, stale_reason
+    from pcgbench.runner import default_config_dict
+
+    now = default_config_dict("darcy", "pmosfm", "cpu")
+    assert now is not None and now["lr"] == 5e-4
+    old = _rec("pmosfm", task="darcy", config={**now, "lr": 1e-3})
+    assert not is_ok(old)
+    assert "another default config (now lr = 0.0005)" in stale_reason(old)
+    assert is_ok(_rec("pmosfm", task="darcy", config=now))
+    assert is_ok(_rec("pmosfm", task="darcy", config={**now, "lr": 1e-3}, variant="lr=0.001"))
+    assert is_ok(_rec("pmosfm", task="darcy", config={"objective": "native"}))
+    fm = default_config_dict("darcy", "fm_ot", "cpu")
+    assert fm is not None and fm["lr"] == 1e-3  # the other methods keep the recipe's
+    assert is_ok(_rec("fm_ot", task="darcy", config=fm))
