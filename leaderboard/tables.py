@@ -115,6 +115,8 @@ def failed_notes(records: list[dict], tasks: set[str] | None = None,
                         if isinstance(v := (r.get("metrics") or {}).get(k), float) and v)
         status = status_of(r)
         reason = stale_reason(r) if status == "stale" else r.get("status_reason")
+        if status != "stale" and (changed := default_config_changes(r)):
+            extra += f"; with an older default config (now {', '.join(changed)})"
         out.append(f"excluded from the means: {r.get('task')}/{r.get('method')} seed "
                    f"{r.get('seed')} [{r.get('preset')}] -- {status}: {reason}{extra}")
     return out

@@ -204,3 +204,8 @@ def test_a_default_column_record_of_an_older_default_config_is_stale():
     fm = default_config_dict("darcy", "fm_ot", "cpu")
     assert fm is not None and fm["lr"] == 1e-3  # the other methods keep the recipe's
     assert is_ok(_rec("fm_ot", task="darcy", config=fm))
+    from pcgbench.leaderboard.tables import failed_notes
+
+    failed = _rec("pmosfm", task="darcy", config={**now, "lr": 1e-3}, status="diverged",
+                  status_reason="loss became non-finite")
+    assert "with an older default config (now lr = 0.0005)" in failed_notes([failed])[0]
