@@ -107,8 +107,8 @@ def test_the_table_says_when_a_task_departs_from_the_recipe():
 
 
 def test_a_method_override_reaches_that_method_and_its_variants_only():
-    """darcy's ``method_overrides`` (PMosFM's lr, a stability fix) reach ``pmosfm`` and
-    ``pmosfm_tuned`` (registered as its subclass) at ``cpu`` -- in a run and in the
+    """darcy's ``method_overrides`` (PMosFM's warm-up, a stability fix) reach ``pmosfm``
+    and ``pmosfm_tuned`` (registered as its subclass) at ``cpu`` -- in a run and in the
     default column alike -- and no other method or preset; --set wins; the table says so
     only where a PMosFM column is shown."""
     from leaderboard.tables import table_notes
@@ -117,7 +117,7 @@ def test_a_method_override_reaches_that_method_and_its_variants_only():
 
     assert method_lineage(METHODS.get("pmosfm_tuned")) == ["pmosfm_tuned", "pmosfm"]
     task = TASKS.get("darcy")(preset="cpu", progress=False)
-    lr = task.method_overrides["pmosfm"]["cpu"]["lr"]
+    (key, value), = task.method_overrides["pmosfm"]["cpu"].items()
     for name in METHODS.names():
         cls = METHODS.get(name)
         if cls.unsupported_reason(task):
@@ -125,16 +125,18 @@ def test_a_method_override_reaches_that_method_and_its_variants_only():
         method = build_method(task, RunOptions(task="darcy", method=name, preset="cpu"),
                               torch.device("cpu"))
         assert method.config == default_config(task, cls, "cpu")
-        base = getattr(cls.Config.for_preset("cpu"), "lr", None)
-        expected = lr if "pmosfm" in method_lineage(cls) else base
-        assert getattr(method.config, "lr", None) == expected, name
+        base = getattr(cls.Config.for_preset("cpu"), key, None)
+        assert base != value, name
+        expected = value if "pmosfm" in method_lineage(cls) else base
+        assert getattr(method.config, key, None) == expected, name
     forced = build_method(task, RunOptions(task="darcy", method="pmosfm", preset="cpu",
-                                           overrides={"lr": 1e-3}), torch.device("cpu"))
-    assert forced.config.lr == 1e-3
+                                           overrides={key: 100}), torch.device("cpu"))
+    assert getattr(forced.config, key) == 100
     for preset in ("smoke", "paper"):
-        assert default_config(task, METHODS.get("pmosfm"), preset).lr != lr
+        assert getattr(default_config(task, METHODS.get("pmosfm"), preset), key) != value
     notes = table_notes("darcy", "cpu", {"pmosfm_tuned": []})
-    assert any(line.startswith("training: pmosfm") and "lr = 0.0005" in line for line in notes)
+    assert any(line.startswith("training: pmosfm") and f"{key} = {value}" in line
+               for line in notes)
     assert not any("pmosfm" in line and line.startswith("training:")
                    for line in table_notes("darcy", "cpu", {"fm_ot": []}))
 

@@ -188,24 +188,24 @@ def test_every_run_computes_float32_as_ieee_on_any_device():
 
 def test_a_default_column_record_of_an_older_default_config_is_stale():
     """A cell is one config: a record written before the task's overrides changed the
-    method's default (darcy: PMosFM's lr) is stale, named with the field; a variant, a
+    method's default (darcy: PMosFM's warm-up) is stale, named with the field; a variant, a
     record lacking the field, and one equal to today's default are not."""
     from pcgbench.leaderboard.tables import is_ok, stale_reason
     from pcgbench.runner import default_config_dict
 
     now = default_config_dict("darcy", "pmosfm", "cpu")
-    assert now is not None and now["lr"] == 5e-4
-    old = _rec("pmosfm", task="darcy", config={**now, "lr": 1e-3})
+    assert now is not None and now["warmup"] == 300
+    old = _rec("pmosfm", task="darcy", config={**now, "warmup": 100})
     assert not is_ok(old)
-    assert "another default config (now lr = 0.0005)" in stale_reason(old)
+    assert "another default config (now warmup = 300)" in stale_reason(old)
     assert is_ok(_rec("pmosfm", task="darcy", config=now))
-    assert is_ok(_rec("pmosfm", task="darcy", config={**now, "lr": 1e-3}, variant="lr=0.001"))
+    assert is_ok(_rec("pmosfm", task="darcy", config={**now, "warmup": 100}, variant="w"))
     assert is_ok(_rec("pmosfm", task="darcy", config={"objective": "native"}))
     fm = default_config_dict("darcy", "fm_ot", "cpu")
-    assert fm is not None and fm["lr"] == 1e-3  # the other methods keep the recipe's
+    assert fm is not None and fm["warmup"] == 100  # the other methods keep the recipe's
     assert is_ok(_rec("fm_ot", task="darcy", config=fm))
     from pcgbench.leaderboard.tables import failed_notes
 
-    failed = _rec("pmosfm", task="darcy", config={**now, "lr": 1e-3}, status="diverged",
+    failed = _rec("pmosfm", task="darcy", config={**now, "warmup": 100}, status="diverged",
                   status_reason="loss became non-finite")
-    assert "with an older default config (now lr = 0.0005)" in failed_notes([failed])[0]
+    assert "with an older default config (now warmup = 300)" in failed_notes([failed])[0]
