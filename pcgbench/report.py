@@ -280,25 +280,31 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
         saved = {m: s for m, s in saved.items() if s["samples"].shape[1:] == reference.shape[1:]}
 
     spec = TASKS.get(task)(preset=preset, progress=False).spec if task in TASKS else None
-    channel = spec.channel_names[0] if spec is not None else "channel 0"
     # unconditional tasks: a column's sample is an independent draw, not the test row's
     unconditional = spec is not None and spec.unconditional
     rows = {"reference": reference, **{m: s["samples"] for m, s in saved.items()}}
 
-    def grid_plot() -> Any:
+    n_channels = 0 if reference is None else reference.shape[1]
+    channels = [spec.channel_names[c] if spec is not None and c < len(spec.channel_names)
+                else f"channel {c}" for c in range(n_channels)]
+
+    def grid_plot(c: int = 0) -> Any:
+        """Channel ``c`` of the first rows of every sample set (one figure per channel:
+        methods can agree on one channel and differ on another, e.g. Darcy's p and K)."""
         if reference is None:
             return None
+        channel = channels[c]
         cols = min(3, *(len(a) for a in rows.values()))
         names = axis_names(task, reference.ndim - 2)
         # one colour scale for every panel: the reference's range over the shown fields
-        shown = np.concatenate([reference[j, 0].ravel() for j in range(cols)])
+        shown = np.concatenate([reference[j, c].ravel() for j in range(cols)])
         lo, hi = float(np.nanmin(shown)), float(np.nanmax(shown))
         fig, axes = plt.subplots(len(rows), cols, figsize=(2.6 * cols + 1.4, 2.1 * len(rows)),
                                  squeeze=False, constrained_layout=True)
         for i, (name, arr) in enumerate(rows.items()):
             for j in range(cols):
                 ax = axes[i][j]
-                field = np.nan_to_num(arr[j, 0], nan=0.0)
+                field = np.nan_to_num(arr[j, c], nan=0.0)
                 if field.ndim == 1:  # a 1-D field: a line on the shared value range
                     ax.plot(field, lw=1)
                     ax.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
@@ -440,13 +446,13 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
         _figure(cost_plot, f"quality vs cost: {quality} against seconds per sample (log "
                            "axes), NFE in brackets"),
         _figure(loss_plot, "training-loss curves (each method's own objective)"),
-        _figure(grid_plot, (f"samples ({channel}): the first test rows and each method's "
-                            "first draws (unconditional task: a draw is an independent "
-                            "sample, not a reconstruction of the row above it)"
-                            if unconditional else
-                            f"samples ({channel}): the same first test conditions, reference "
-                            "vs methods") + ", one colour scale (the reference's range)",
-                wide=True),
+        *(_figure(lambda c=c: grid_plot(c),
+                  (f"samples ({name}): the first test rows and each method's first draws "
+                   "(unconditional task: a draw is an independent sample, not a "
+                   "reconstruction of the row above it)" if unconditional else
+                   f"samples ({name}): the same first test conditions, reference vs "
+                   "methods") + ", one colour scale (the reference's range)", wide=True)
+          for c, name in enumerate(channels)),
         _figure(hist_plot, "value histograms of the saved samples"),
         _figure(spectrum_plot, "energy spectra (radially averaged, channel 0)"),
         _figure(residual_plot, "log10 |evaluator residual| of the first test condition: "
