@@ -196,10 +196,10 @@ def _log_axis(ax: Any, which: str, values: list[float]) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _spectrum(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Radially averaged power of channel 0 over the last (up to 2) spatial axes, mean
+def _spectrum(x: np.ndarray, c: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Radially averaged power of channel ``c`` over the last (up to 2) spatial axes, mean
     over samples: (|k| shells, power)."""
-    a = x[:, 0]
+    a = x[:, c]
     axes = tuple(range(1, a.ndim))[-2:]
     p = np.abs(np.fft.fftn(a - a.mean(0), axes=axes)) ** 2
     p = p.mean(axis=tuple(i for i in range(p.ndim) if i not in axes))
@@ -326,34 +326,45 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
                              extend="both", shrink=0.9).ax.tick_params(labelsize=8)
         return fig
 
+    def channel_axes(width: float = 4.2) -> tuple[Any, list[Any]]:
+        """One panel per channel (methods can agree on one channel and not another)."""
+        fig, axes = plt.subplots(1, n_channels, figsize=(width * n_channels, 3.6),
+                                 squeeze=False)
+        return fig, list(axes[0])
+
     def hist_plot() -> Any:
         if reference is None:
             return None
-        fig, ax = plt.subplots(figsize=(5.0, 3.6))
-        lo, hi = np.percentile(reference[:, 0], [0.5, 99.5])
-        bins = np.linspace(lo - 0.2 * (hi - lo), hi + 0.2 * (hi - lo), 60)
-        ax.hist(reference[:, 0].ravel(), bins=bins, density=True, histtype="step", lw=2,
-                color="k", label="reference")
-        for m, s in saved.items():
-            ax.hist(np.nan_to_num(s["samples"][:, 0]).ravel(), bins=bins, density=True,
-                    histtype="step", label=m)
-        ax.set_xlabel("value (channel 0)")
-        ax.legend(fontsize=7)
+        fig, axes = channel_axes()
+        for c, ax in enumerate(axes):
+            lo, hi = np.percentile(reference[:, c], [0.5, 99.5])
+            bins = np.linspace(lo - 0.2 * (hi - lo), hi + 0.2 * (hi - lo), 60)
+            ax.hist(reference[:, c].ravel(), bins=bins, density=True, histtype="step",
+                    lw=2, color="k", label="reference")
+            for m, s in saved.items():
+                ax.hist(np.nan_to_num(s["samples"][:, c]).ravel(), bins=bins, density=True,
+                        histtype="step", label=m)
+            ax.set_xlabel(f"value ({channels[c]})")
+            ax.set_ylabel("density")
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
         return fig
 
     def spectrum_plot() -> Any:
         if reference is None or reference.ndim < 3:
             return None
-        fig, ax = plt.subplots(figsize=(5.0, 3.6))
-        k, p = _spectrum(reference)
-        ax.loglog(k, p, "k", lw=2, label="reference")
-        for m, s in saved.items():
-            if np.isfinite(s["samples"]).all():
-                k, p = _spectrum(s["samples"])
-                ax.loglog(k, p, lw=1, label=m)
-        ax.set_xlabel("|k|")
-        ax.set_ylabel("power (channel 0)")
-        ax.legend(fontsize=7)
+        fig, axes = channel_axes()
+        for c, ax in enumerate(axes):
+            k, p = _spectrum(reference, c)
+            ax.loglog(k, p, "k", lw=2, label="reference")
+            for m, s in saved.items():
+                if np.isfinite(s["samples"]).all():
+                    k, p = _spectrum(s["samples"], c)
+                    ax.loglog(k, p, lw=1, label=m)
+            ax.set_xlabel("|k|")
+            ax.set_ylabel(f"power ({channels[c]})")
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
         return fig
 
     def residual_plot() -> Any:
@@ -453,8 +464,10 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
                    f"samples ({name}): the same first test conditions, reference vs "
                    "methods") + ", one colour scale (the reference's range)", wide=True)
           for c, name in enumerate(channels)),
-        _figure(hist_plot, "value histograms of the saved samples"),
-        _figure(spectrum_plot, "energy spectra (radially averaged, channel 0)"),
+        _figure(hist_plot, "value histograms of the saved samples, one panel per channel",
+                wide=n_channels > 2),
+        _figure(spectrum_plot, "energy spectra (radially averaged), one panel per channel",
+                wide=n_channels > 2),
         _figure(residual_plot, "log10 |evaluator residual| of the first test condition: "
                                "the real field (reference: the evaluator's floor) and each "
                                "method's sample, one colour scale", wide=True),

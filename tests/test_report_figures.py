@@ -36,6 +36,19 @@ def test_axis_names_and_planes():
     assert (v, h) == ("y", "x") and np.array_equal(img, cube[2])
 
 
+def test_spectrum_reads_the_channel_it_is_asked_for():
+    from pcgbench.report import _spectrum
+
+    x = np.linspace(0, 2 * np.pi, 32, endpoint=False)
+    a = np.zeros((3, 2, 32, 32))
+    phase = np.arange(3)[:, None, None]
+    a[:, 0] = np.sin(3 * x[None, :, None] + phase)  # |k| = 3 on channel 0
+    a[:, 1] = np.sin(5 * x[None, None, :] + phase)  # |k| = 5 on channel 1
+    for c, k_peak in ((0, 3), (1, 5)):
+        k, p = _spectrum(a, c)
+        assert k[np.argmax(p)] == k_peak
+
+
 def _solenoidal(n: int, k: int, seed: int) -> np.ndarray:
     """``[n, 4, k, k, k]``: random divergence-free velocities (u, v, w) and a pressure."""
     import torch
@@ -96,7 +109,11 @@ def test_sections_label_and_scale_their_figures(synthetic):
     # one sample grid per channel (methods may agree on one channel and not another)
     hit_names = TASKS.get("hit_forecasting")(preset="smoke", progress=False).spec.channel_names
     assert burgers.count('class="wide"') == 2
-    assert hit.count('class="wide"') == 2 + len(hit_names) and len(hit_names) > 1
+    # histograms and spectra: one panel per channel (wide figures from 3 channels on)
+    assert hit.count('class="wide"') == 4 + len(hit_names) and len(hit_names) > 1
+    assert all(f"{what}, one panel per channel" in hit
+               for what in ("value histograms of the saved samples",
+                            "energy spectra (radially averaged)"))
     assert all(f"samples ({name})" in hit for name in hit_names)
     # an unconditional task's draws are not reconstructions of the test rows above them
     assert "not a reconstruction of the row above it" in burgers
