@@ -338,7 +338,8 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
         fig, axes = channel_axes()
         for c, ax in enumerate(axes):
             lo, hi = np.percentile(reference[:, c], [0.5, 99.5])
-            bins = np.linspace(lo - 0.2 * (hi - lo), hi + 0.2 * (hi - lo), 60)
+            pad = 0.2 * (hi - lo) if hi > lo else 0.5 * max(abs(lo), 1.0)  # constant channel
+            bins = np.linspace(lo - pad, hi + pad, 60)
             ax.hist(reference[:, c].ravel(), bins=bins, density=True, histtype="step",
                     lw=2, color="k", label="reference")
             for m, s in saved.items():
