@@ -288,7 +288,7 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
     channels = [spec.channel_names[c] if spec is not None and c < len(spec.channel_names)
                 else f"channel {c}" for c in range(n_channels)]
 
-    def grid_plot(c: int = 0) -> Any:
+    def grid_plot(c: int) -> Any:
         """Channel ``c`` of the first rows of every sample set (one figure per channel:
         methods can agree on one channel and differ on another, e.g. Darcy's p and K)."""
         if reference is None:
@@ -326,9 +326,9 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
                              extend="both", shrink=0.9).ax.tick_params(labelsize=8)
         return fig
 
-    def channel_axes(width: float = 4.2) -> tuple[Any, list[Any]]:
+    def channel_axes() -> tuple[Any, list[Any]]:
         """One panel per channel (methods can agree on one channel and not another)."""
-        fig, axes = plt.subplots(1, n_channels, figsize=(width * n_channels, 3.6),
+        fig, axes = plt.subplots(1, n_channels, figsize=(4.2 * n_channels, 3.6),
                                  squeeze=False)
         return fig, list(axes[0])
 
