@@ -74,3 +74,38 @@ def test_mix_modes_is_the_complex_einsum(modes):
     for a, b in zip(torch.autograd.grad(ref, (block, w), cot),
                     torch.autograd.grad(got, (block, w), cot), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("modes", [(5,), (4, 3)])
+def test_mix_modes_forward_mode_and_vmap_are_the_einsums(modes):
+    """Its custom backward keeps forward mode (the one-step objectives' ``torch.func.jvp``
+    through the backbone) and vmap working: the JVP along (tangent block, tangent w) and a
+    vmapped call equal the einsum's, to float round-off."""
+    g = torch.Generator().manual_seed(1)
+    block, db = (torch.randn(3, 4, *modes, dtype=torch.complex64, generator=g) for _ in "ab")
+    w, dw = (torch.randn(4, 5, *modes, dtype=torch.complex64, generator=g) for _ in "ab")
+
+    def einsum(b, ww):
+        return torch.einsum("bi...,io...->bo...", b, ww)
+
+    for tangents in ((db, dw), (db, torch.zeros_like(w)), (torch.zeros_like(block), dw)):
+        _, want = torch.func.jvp(einsum, (block, w), tangents)
+        _, got = torch.func.jvp(mix_modes, (block, w), tangents)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    stacked = torch.stack([block, db])
+    torch.testing.assert_close(torch.func.vmap(mix_modes, in_dims=(0, None))(stacked, w),
+                               torch.func.vmap(einsum, in_dims=(0, None))(stacked, w),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_spectral_conv_gradients_with_a_permuted_output_gradient():
+    """The layer's gradient reaches the mode product as a permuted (non-contiguous) view;
+    the weights' and input's gradients still equal the full-transform layer's."""
+    torch.manual_seed(2)
+    conv = SpectralConv(3, 4, (6, 5)).double()
+    x = torch.randn(4, 3, 12, 10, dtype=torch.float64, requires_grad=True)
+    cot = torch.randn(4, 10, 12, 4, dtype=torch.float64).permute(0, 3, 2, 1)
+    want = torch.autograd.grad(full_transform_forward(conv, x), [x, conv.weight], cot)
+    got = torch.autograd.grad(conv(x), [x, conv.weight], cot)
+    for a, b in zip(want, got, strict=True):
+        assert torch.allclose(b, a, rtol=0, atol=1e-12 * float(a.abs().max()))

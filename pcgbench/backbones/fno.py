@@ -61,7 +61,46 @@ def mix_modes(block: Tensor, w: Tensor) -> Tensor:
     b, o, modes = block.shape[0], w.shape[1], block.shape[2:]
     x = block.flatten(2).permute(2, 0, 1).contiguous()
     wm = w.flatten(2).permute(2, 0, 1).contiguous()
-    return torch.bmm(x, wm).permute(1, 2, 0).reshape(b, o, *modes)
+    return _ModeMatmul.apply(x, wm).permute(1, 2, 0).reshape(b, o, *modes)
+
+
+class _ModeMatmul(torch.autograd.Function):
+    """``torch.bmm(x, w)`` whose backward first makes the output gradient contiguous.
+
+    The gradient reaching the product is the permuted view of the layer's, and CPU
+    complex ``bmm`` with a non-contiguous operand copies every mode's slice (two copies
+    per mode and layer, ~2,300 per forward and backward of the `cpu` network); made
+    contiguous once, the same products run as one batched call.  Gradients and forward
+    tangents are the plain ``bmm``'s (bitwise on the CPU backends measured,
+    ``benchmarks/fno_mode_mixing.py``)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, w: Tensor) -> Tensor:
+        return torch.bmm(x, w)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:  # noqa: ANN001
+        x, w = inputs
+        ctx.save_for_backward(x, w)
+        ctx.save_for_forward(x, w)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor | None]:  # noqa: ANN001
+        x, w = ctx.saved_tensors
+        g = g.contiguous()
+        gx = torch.bmm(g, w.mH) if ctx.needs_input_grad[0] else None
+        gw = torch.bmm(x.mH, g) if ctx.needs_input_grad[1] else None
+        return gx, gw
+
+    @staticmethod
+    def jvp(ctx, dx: Tensor | None, dw: Tensor | None) -> Tensor:  # noqa: ANN001
+        x, w = ctx.saved_tensors
+        out = torch.bmm(dx, w) if dx is not None else None
+        if dw is not None:
+            out = torch.bmm(x, dw) if out is None else out + torch.bmm(x, dw)
+        return out if out is not None else torch.zeros_like(torch.bmm(x, w))
 
 
 class Pointwise(nn.Linear):
