@@ -43,8 +43,10 @@ def _map_source_tree() -> None:
     if not all((root / f / "__init__.py").is_file() for f in SOURCE_FOLDERS.values()):
         return
     if not any(isinstance(f, _SourceTreeFinder) for f in sys.meta_path):
-        # after the path finder and an editable install's finder (which map the same)
-        sys.meta_path.append(_SourceTreeFinder(root))
+        # first: an editable install of *another* checkout maps the same names to its
+        # own folders, and its finder would otherwise pair this checkout's core with
+        # that checkout's tasks and methods
+        sys.meta_path.insert(0, _SourceTreeFinder(root))
 
 
 _map_source_tree()

@@ -32,3 +32,25 @@ def test_the_source_tree_runs_without_any_install_finder(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [str(ROOT / "methods" / "onestep" / "__init__.py"),
                                   str(ROOT / "leaderboard" / "__init__.py")]
+
+
+def test_a_second_checkout_runs_its_own_sub_packages(tmp_path):
+    """A copy of the checkout run from its own root (with this environment's site, where
+    an editable install may map pcgbench.methods to *this* checkout) imports its own
+    tasks, methods, metrics and leaderboard, never another checkout's beside its core."""
+    import shutil
+
+    copy = tmp_path / "other"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("pcgbench", "tasks", "methods", "metrics", "leaderboard"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=skip)
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    probe = ("import pcgbench, pcgbench.methods.fm_ot as m, pcgbench.tasks as t, "
+             "pcgbench.metrics as me, pcgbench.leaderboard as lb; "
+             "print(pcgbench.__file__, m.__file__, t.__file__, me.__file__, lb.__file__)")
+    res = subprocess.run([sys.executable, "-c", probe], cwd=copy, capture_output=True,
+                         text=True, timeout=300, env={"PATH": "/usr/bin:/bin",
+                                                      "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    files = [Path(f).resolve() for f in res.stdout.split()]
+    assert all(f.is_relative_to(copy.resolve()) for f in files), files
