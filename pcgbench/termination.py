@@ -107,14 +107,19 @@ def install(grace: float = GRACE_SECONDS) -> Callable[[], None] | None:
         os.close(write_fd)
         old_fd = None
     else:
-        threading.Thread(target=_watch, args=(read_fd, grace), daemon=True,
-                         name="pcgbench-sigterm-watch").start()
+        watcher = threading.Thread(target=_watch, args=(read_fd, grace), daemon=True,
+                                   name="pcgbench-sigterm-watch")
+        watcher.start()
 
     def uninstall() -> None:
+        """Restore the previous handler and wake-up fd, and wait for the watcher to end:
+        it may still hold an unread SIGTERM byte and arm the watchdog after the caller
+        has moved on (then a :func:`disarm` before this call would not cancel it)."""
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         if old_fd is not None:
             signal.set_wakeup_fd(old_fd)
-            os.close(write_fd)  # the watcher reads EOF and ends
+            os.close(write_fd)  # the watcher reads what is left, then EOF, and ends
+            watcher.join(timeout=5.0)
 
     return uninstall
 
@@ -131,7 +136,8 @@ def handling(grace: float = GRACE_SECONDS) -> Iterator[None]:
 
 
 def disarm() -> None:
-    """Cancel a watchdog armed by a SIGTERM (tests; a process that handled it fully)."""
+    """Cancel a watchdog armed by a SIGTERM (tests; a process that handled it fully).
+    Call it after the ``uninstall`` of :func:`install`, whose watcher may arm it late."""
     with _lock:
         if _state["watchdog"] is not None:
             faulthandler.cancel_dump_traceback_later()

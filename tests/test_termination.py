@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,8 +27,8 @@ def sigterm_handler():
     after (the watchdog would otherwise end the test process)."""
     uninstall = termination.install(grace=60.0)
     yield
+    uninstall()  # first: its watcher thread may still arm the watchdog until it ends
     termination.disarm()
-    uninstall()
 
 
 def test_sigterm_raises_terminated_outside_a_loop(sigterm_handler):
@@ -36,6 +37,20 @@ def test_sigterm_raises_terminated_outside_a_loop(sigterm_handler):
         time.sleep(5)  # interrupted by the handler's exception
     # the first SIGTERM restored the default action: a second one kills at once
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_no_watchdog_survives_uninstall_then_disarm():
+    """The watcher thread reads the SIGTERM byte on its own schedule (late on a loaded
+    machine); once ``uninstall`` returns it has ended, so a ``disarm`` after it leaves no
+    armed watchdog (one armed after the disarm ended a whole pytest run 60 s later, rc 1)."""
+    uninstall = termination.install(grace=60.0)
+    with pytest.raises(termination.Terminated):
+        os.kill(os.getpid(), signal.SIGTERM)
+    uninstall()
+    assert not any(t.name == "pcgbench-sigterm-watch" and t.is_alive()
+                   for t in threading.enumerate())
+    termination.disarm()
+    assert termination._state["watchdog"] is None
 
 
 def test_sigterm_in_a_loop_body_finishes_the_item_then_stops(sigterm_handler):
