@@ -100,7 +100,7 @@ class _ModeMatmul(torch.autograd.Function):
         out = torch.bmm(dx, w) if dx is not None else None
         if dw is not None:
             out = torch.bmm(x, dw) if out is None else out + torch.bmm(x, dw)
-        return out if out is not None else torch.zeros_like(torch.bmm(x, w))
+        return out if out is not None else x.new_zeros(x.shape[0], x.shape[1], w.shape[2])
 
 
 class Pointwise(nn.Linear):
