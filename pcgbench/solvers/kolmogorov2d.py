@@ -137,14 +137,22 @@ class KolmogorovSolver:
     def ifft(self, fh: torch.Tensor) -> torch.Tensor:
         return torch.fft.irfft2(fh, s=(self.n, self.n))
 
+    def ifft_dealiased(self, fh: torch.Tensor) -> torch.Tensor:
+        """:meth:`ifft` of a de-aliased spectrum (zero where ``|k_y| > n // 3``): the
+        transform along x runs on the ``n // 3 + 1`` columns that can be nonzero only,
+        then the real transform along y zero-pads the rest (irfft2 is separable: the same
+        field, at ~3/4 of the work; ``tests/test_kolmogorov.py``)."""
+        g = torch.fft.ifft(fh[..., : self.n // 3 + 1], dim=-2)
+        return torch.fft.irfft(g, n=self.n, dim=-1)
+
     def velocity_hat(self, w_hat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         psi = w_hat * self.k2_inv
         return self.iky * psi, -self.ikx * psi
 
     def velocity(self, w_hat: torch.Tensor) -> torch.Tensor:
-        """(u, v) [B, 2, n, n] of vorticity spectra."""
+        """(u, v) [B, 2, n, n] of de-aliased vorticity spectra (the solver's states)."""
         uh, vh = self.velocity_hat(w_hat)
-        return torch.stack([self.ifft(uh), self.ifft(vh)], dim=1)
+        return torch.stack([self.ifft_dealiased(uh), self.ifft_dealiased(vh)], dim=1)
 
     def laminar(self) -> torch.Tensor:
         """Vorticity spectrum of the laminar state, one per Re row."""
@@ -166,8 +174,9 @@ class KolmogorovSolver:
     def advection_hat(self, w_hat: torch.Tensor) -> torch.Tensor:
         """De-aliased ``-(u . grad omega)`` in spectral space."""
         uh, vh = self.velocity_hat(w_hat)
-        wx, wy = self.ifft(self.ikx * w_hat), self.ifft(self.iky * w_hat)
-        return -self.fft(self.ifft(uh) * wx + self.ifft(vh) * wy)
+        inv = self.ifft_dealiased
+        wx, wy = inv(self.ikx * w_hat), inv(self.iky * w_hat)
+        return -self.fft(inv(uh) * wx + inv(vh) * wy)
 
     def _adv_shifted(self, zeta: torch.Tensor) -> torch.Tensor:
         return self.advection_hat(zeta + self.w_s)
