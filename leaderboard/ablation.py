@@ -4,8 +4,10 @@
 "Ablation study"): rows benchmarks, columns PMosFM's one-step objectives in the paper's
 order (MeanFlow, iMF, W-Flow, Drifting, SoFlow, Shortcut, native), cells our measured
 ``energy`` (mean ± std over seeds) of the ``pmosfm`` runs with ``--set objective=X``
-(``native`` = the default column), lowest per row in bold.  Runs that change anything
-else as well (e.g. ``--set iterations=3``) form their own table, titled by that change.
+(``native`` = the default column), lowest per row in bold, and the task's data record
+beside them (real held-out data scored the same way: the floor).  Runs that change
+anything else as well (e.g. ``--set iterations=3``), and runs on another device kind
+(CUDA), form their own table, titled by that change or device.
 The paper's reported values follow as a separate, labelled table.  Our ``energy`` is the
 squared energy distance of flattened fields in normalized units (:mod:`pcgbench.metrics.
 moments`); the paper does not define its ED further, so compare orderings, not values.
@@ -102,10 +104,25 @@ def other_changes(record: dict, layout: AblationLayout) -> str | None:
     return ",".join(rest) or None
 
 
+#: one table: (preset, device kind, other changes); CPU and GPU runs are never pooled
+Group = tuple[str, str, str | None]
+
+
+def group_of(record: dict, layout: AblationLayout) -> Group:
+    """The table a run belongs to: its preset, device kind and other changes."""
+    return (str(record.get("preset", "?")), str(record.get("device_kind") or "cpu"),
+            other_changes(record, layout))
+
+
+def _sort_key(kv: tuple[Group, object]) -> tuple[str, bool, str, str]:
+    p, kind, rest = kv[0]
+    return p, kind != "cpu", kind, rest or ""
+
+
 def collect(records: list[dict], layout: AblationLayout, preset: str | None = None
-            ) -> dict[tuple[str, str | None], dict[tuple[str, str], list[float]]]:
-    """{(preset, other changes): {(task, value): [metric per seed]}} of the layout's
-    method, ok runs only, latest record per seed."""
+            ) -> dict[Group, dict[tuple[str, str], list[float]]]:
+    """{(preset, device kind, other changes): {(task, value): [metric per seed]}} of the
+    layout's method, ok runs only, latest record per seed."""
     tasks = {t for t, _, _ in layout.benchmarks}
     latest: dict[tuple, dict[int, dict]] = defaultdict(dict)
     for r in records:
@@ -113,35 +130,68 @@ def collect(records: list[dict], layout: AblationLayout, preset: str | None = No
                 or (preset is not None and r.get("preset") != preset)):
             continue
         value = str((r.get("config") or {}).get(layout.field, layout.default))
-        key = (r.get("preset", "?"), other_changes(r, layout), r["task"], value)
+        key = (*group_of(r, layout), r["task"], value)
         seed = r.get("seed", 0)
         old = latest[key].get(seed)
         if old is None or r.get("finished", "") >= old.get("finished", ""):
             latest[key][seed] = r
-    out: dict[tuple[str, str | None], dict[tuple[str, str], list[float]]] = defaultdict(dict)
-    for (p, rest, task, value), by_seed in latest.items():
+    out: dict[Group, dict[tuple[str, str], list[float]]] = defaultdict(dict)
+    for (p, kind, rest, task, value), by_seed in latest.items():
         vals = [float(v) for v in ((rec.get("metrics") or {}).get(layout.metric)
                                    for rec in by_seed.values())
                 if isinstance(v, int | float) and math.isfinite(v)]
         if vals:
-            out[(p, rest)][(task, value)] = vals
+            out[(p, kind, rest)][(task, value)] = vals
     return out
 
 
+def floors(records: list[dict], layout: AblationLayout
+           ) -> dict[tuple[str, str], tuple[float, float | None, int | None]]:
+    """{(preset, task): (value, spread, draws)} of the layout's metric for real data (the
+    task's ``data`` record, latest ok one: held-out data against the test split; spread
+    and draws where the reference is a mean over draws), the scale a cell is read on."""
+    tasks = {t for t, _, _ in layout.benchmarks}
+    latest: dict[tuple[str, str], dict] = {}
+    for r in records:
+        if r.get("method") != "data" or r.get("task") not in tasks or not is_ok(r):
+            continue
+        key = (str(r.get("preset", "?")), str(r["task"]))
+        if key not in latest or r.get("finished", "") >= latest[key].get("finished", ""):
+            latest[key] = r
+    out = {}
+    for key, r in latest.items():
+        v = (r.get("metrics") or {}).get(layout.metric)
+        if isinstance(v, int | float) and math.isfinite(v):
+            sd = (r.get("metrics_std") or {}).get(layout.metric)
+            out[key] = (float(v), float(sd) if isinstance(sd, int | float) else None,
+                        r.get("reference_draws"))
+    return out
+
+
+def _floor_cell(floor: tuple[float, float | None, int | None] | None, fmt: str) -> str:
+    if floor is None:
+        return "–"
+    v, sd, draws = floor
+    s = _fmt(v)
+    if sd is not None:
+        s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(sd)
+    return s + (f" ({draws} draws)" if draws else "")
+
+
 def failed_cells(records: list[dict], layout: AblationLayout,
-                 ok: dict[tuple[str, str | None], dict[tuple[str, str], list[float]]],
+                 ok: dict[Group, dict[tuple[str, str], list[float]]],
                  preset: str | None = None
-                 ) -> dict[tuple[str, str | None], dict[tuple[str, str], str]]:
-    """{(preset, other changes): {(task, value): status}} of the cells with no ok run in
+                 ) -> dict[Group, dict[tuple[str, str], str]]:
+    """{group: {(task, value): status}} (:data:`Group`) of the cells with no ok run in
     ``ok`` (:func:`collect`'s cells) but failed ones (diverged, invalid, stale): shown as
     the status, never as a number or a gap."""
     tasks = {t for t, _, _ in layout.benchmarks}
-    out: dict[tuple[str, str | None], dict[tuple[str, str], str]] = defaultdict(dict)
+    out: dict[Group, dict[tuple[str, str], str]] = defaultdict(dict)
     for r in records:
         if (r.get("method") != layout.method or r.get("task") not in tasks or is_ok(r)
                 or (preset is not None and r.get("preset") != preset)):
             continue
-        group = (r.get("preset", "?"), other_changes(r, layout))
+        group = group_of(r, layout)
         cell = (r["task"], str((r.get("config") or {}).get(layout.field, layout.default)))
         if cell not in ok.get(group, {}):
             out[group][cell] = status_of(r)
@@ -155,19 +205,19 @@ EXTRAS = (("spread_term", "spread term"), ("source_scale", "source"),
 
 
 def extras_caption(records: list[dict], layout: AblationLayout, preset: str | None = None
-                   ) -> dict[tuple[str, str | None], str]:
-    """{(preset, other changes): caption} saying which extras (spread term, source scale,
+                   ) -> dict[Group, str]:
+    """{group: caption} (:data:`Group`) saying which extras (spread term, source scale,
     whitening) the table's runs had: the same for every objective, or -- named -- that
     the columns differ (then the table is not a like-for-like comparison)."""
     tasks = {t for t, _, _ in layout.benchmarks}
-    seen: dict[tuple[str, str | None], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    seen: dict[Group, dict[str, set]] = defaultdict(lambda: defaultdict(set))
     for r in records:
         if (r.get("method") != layout.method or r.get("task") not in tasks or not is_ok(r)
                 or (preset is not None and r.get("preset") != preset)):
             continue
         info = r.get("method_info") or {}
         value = str((r.get("config") or {}).get(layout.field, layout.default))
-        key = (r.get("preset", "?"), other_changes(r, layout))
+        key = group_of(r, layout)
         seen[key][value].add(tuple(str(info.get(k, "?")) for k, _ in EXTRAS))
     out = {}
     for key, by_value in seen.items():
@@ -207,7 +257,9 @@ def _cell(vals: list[float], fmt: str) -> str:
 
 def _measured_rows(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
                    columns: list[str], fmt: str,
-                   failed: dict[tuple[str, str], str] | None = None) -> list[list[str]]:
+                   failed: dict[tuple[str, str], str] | None = None,
+                   floor: dict[str, tuple[float, float | None, int | None]] | None = None
+                   ) -> list[list[str]]:
     bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
     failed = failed or {}
     rows = []
@@ -218,7 +270,8 @@ def _measured_rows(cells: dict[tuple[str, str], list[float]], layout: AblationLa
         best = min(means, key=means.get) if len(means) > 1 else None
         rows.append([name] + [(failed.get((task, v), "–") if v not in means else
                                bold(_cell(cells[(task, v)], fmt)) if v == best
-                               else _cell(cells[(task, v)], fmt)) for v in columns])
+                               else _cell(cells[(task, v)], fmt)) for v in columns]
+                    + ([_floor_cell(floor.get(task), fmt)] if floor is not None else []))
     return rows
 
 
@@ -235,23 +288,34 @@ def reported_frame(layout: AblationLayout) -> pd.DataFrame:
 
 
 def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
-         captions: dict | None = None) -> str:
+         captions: dict | None = None, floor: dict | None = None) -> str:
     names = {t: n for t, n, _ in layout.benchmarks}
     long = []
-    for (p, rest), cells in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+    shown = {(p, t) for (p, _, _), cells in groups.items() for t, _ in cells}
+    for (p, task), (v, sd, _draws) in sorted((floor or {}).items()):
+        if (p, task) in shown:  # the reference of the benchmarks the tables show
+            long.append({"preset": p, "device": "", "other_changes": "",
+                         "benchmark": names[task], "variant": "data (reference)",
+                         "metric": layout.metric, "mean": v,
+                         "std": float("nan") if sd is None else sd, "seeds": None,
+                         "source": "data", "extras": "",
+                         "data": TASKS.get(task).provenance(p) if task in TASKS else ""})
+    for (p, kind, rest), cells in sorted(groups.items(), key=_sort_key):
         for (task, value), vals in sorted(cells.items()):
-            long.append({"preset": p, "other_changes": rest or "", "benchmark": names[task],
+            long.append({"preset": p, "device": kind, "other_changes": rest or "",
+                         "benchmark": names[task],
                          "variant": column_label(value), "metric": layout.metric,
                          "mean": statistics.fmean(vals),
                          "std": statistics.stdev(vals) if len(vals) > 1 else float("nan"),
                          "seeds": len(vals), "source": "measured",
-                         "extras": (captions or {}).get((p, rest), ""),
+                         "extras": (captions or {}).get((p, kind, rest), ""),
                          "data": TASKS.get(task).provenance(p) if task in TASKS else ""})
     if reported is not None:
         bench = {b: n for _, n, b in layout.benchmarks}
         for b in reported.index:
             for v in reported.columns:
-                long.append({"preset": "", "other_changes": "", "benchmark": bench[b],
+                long.append({"preset": "", "device": "", "other_changes": "",
+                             "benchmark": bench[b],
                              "variant": column_label(v), "metric": layout.metric,
                              "mean": reported.loc[b, v], "std": float("nan"), "seeds": None,
                              "source": "paper", "data": REPORTED_CAPTION})
@@ -277,20 +341,29 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
                        f"{layout.field}=...` first")
     rep = reported_frame(layout) if reported else None
     if fmt == "csv":
-        return _csv(groups, layout, rep, extras_caption(records, layout, preset))
+        return _csv(groups, layout, rep, extras_caption(records, layout, preset),
+                    floors(records, layout))
     tablefmt = "pipe" if fmt == "md" else "latex_raw"
     esc = latex_escape if fmt == "latex" else (lambda t: t)
     captions = extras_caption(records, layout, preset)
     out = []
-    for (p, rest), cells in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        columns = _columns(cells, layout, failed.get((p, rest)))
+    floor = floors(records, layout)
+    for group, cells in sorted(groups.items(), key=_sort_key):
+        p, kind, rest = group
+        columns = _columns(cells, layout, failed.get(group))
         title = (f"## ablation {name}: {layout.metric} (preset {p}"
+                 + (f", on {kind}" if kind != "cpu" else "")
                  + (f", also {rest}" if rest else "") + ")")
-        table = tabulate(_measured_rows(cells, layout, columns, fmt, failed.get((p, rest))),
+        here = {t: f for (fp, t), f in floor.items() if fp == p}
+        table = tabulate(_measured_rows(cells, layout, columns, fmt, failed.get(group), here),
                          headers=[esc(h) for h in ["benchmark"] + [
-                             f"{layout.method_label}-{column_label(v)}" for v in columns]],
+                             f"{layout.method_label}-{column_label(v)}" for v in columns]
+                             + ["data (reference)"]],
                          tablefmt=tablefmt, disable_numparse=True)
-        notes = [captions[(p, rest)]] if captions.get((p, rest)) else []
+        notes = [captions[group]] if captions.get(group) else []
+        notes.append(f"data (reference): real held-out data scored like a generator (the "
+                     f"task's floor of {layout.metric}; mean ± spread over its draws); a "
+                     f"cell near it has learned the data as far as {layout.metric} tells.")
         notes += [f"data ({name}): {TASKS.get(task).provenance(p)}"
                   for task, name, _ in layout.benchmarks
                   if task in TASKS and any(t == task for t, _ in cells)]

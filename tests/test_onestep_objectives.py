@@ -245,10 +245,12 @@ def test_every_objective_runs_with_nfe_one_and_the_ablation_table(dirs, capsys):
     header = [c.strip() for c in measured.splitlines()[2].strip("|").split("|")]
     ours = [n for n in PAPER_ORDER if n in OBJECTIVES]  # W-Flow: the paper's column only
     assert header == ["benchmark"] + [f"PMosFM-{OBJECTIVES.get(n).paper_label}"
-                                      for n in ours]
+                                      for n in ours] + ["data (reference)"]
     burgers = [c.strip(" *") for c in measured.splitlines()[4].strip("|").split("|")]
     assert burgers[0] == "Burgers"
-    cells = dict(zip(ours, burgers[1:], strict=True))
+    cells = dict(zip(ours, burgers[1:-1], strict=True))
+    data = next(r for r in read_records(dirs / "results") if r["method"] == "data")
+    assert float(burgers[-1].split()[0]) == pytest.approx(data["metrics"]["energy"], rel=1e-3)
     assert [float(c) for c in cells.values()] == pytest.approx(
         [by_objective[n]["metrics"]["energy"] for n in cells], rel=1e-3)
     assert "paper: PMosFM-native" in paper and "**0.0374**" in paper
@@ -337,3 +339,62 @@ def test_the_ablation_caption_says_which_extras_every_objective_had():
                              "one_step", reported=False)
     assert "NOT like for like" in unfair and "spread term: iMF False, native True;" in unfair
     assert "source: iMF unit, native spectral" in unfair
+
+
+def _ablation_record(objective: str, energy: float, seed: int = 0, kind: str = "cpu") -> dict:
+    return {"task": "burgers", "method": "pmosfm", "preset": "cpu", "seed": seed,
+            "variant": None if objective == "native" else f"objective={objective}",
+            "config": {"objective": objective}, "status": "ok", "finished": str(seed),
+            "metrics": {"energy": energy}, "device_kind": kind,
+            "code_versions": {"method": PMosFM.version, "task": BurgersTask.version,
+                              "data": BurgersTask.data_version}}
+
+
+def _rows(out: str) -> list[dict[str, str]]:
+    """Each markdown table of ``out`` as {header: cell} per row."""
+    tables, header = [], None
+    for line in out.splitlines():
+        if not line.startswith("|") or set(line) <= set("|:- "):
+            header = None if not line.startswith("|") else header
+            continue
+        cells = [c.strip(" *") for c in line.strip("|").split("|")]
+        if header is None:
+            header = cells
+            tables.append([])
+        else:
+            tables[-1].append(dict(zip(header, cells, strict=True)))
+    return [row for t in tables for row in t]
+
+
+def test_the_ablation_never_pools_cpu_and_gpu_runs():
+    """A CUDA run of a cell is its own table (titled with the device), never averaged
+    with (or, latest-wins, replacing) the CPU run of the same seed."""
+    from pcgbench.leaderboard.ablation import render_ablation
+
+    records = [_ablation_record("native", 1.0), _ablation_record("native", 9.0, kind="cuda")]
+    out = render_ablation(records, "one_step", reported=False)
+    assert "(preset cpu)" in out and "(preset cpu, on cuda)" in out
+    cells = [row["PMosFM-native"] for row in _rows(out)]
+    assert sorted(float(c) for c in cells) == [1.0, 9.0]
+    csv = render_ablation(records, "one_step", fmt="csv", reported=False)
+    assert ",cpu,," in csv and ",cuda,," in csv
+
+
+def test_the_ablation_shows_the_datas_own_score_beside_the_objectives():
+    """The floor column: the task's data record (held-out data scored like a generator),
+    so a reader sees whether a cell is near real data; stale data records are not used."""
+    from pcgbench.leaderboard.ablation import render_ablation
+
+    data = {"task": "burgers", "method": "data", "preset": "cpu", "seed": 0, "status": "ok",
+            "finished": "1", "metrics": {"energy": 0.36}, "metrics_std": {"energy": 0.17},
+            "reference_draws": 16,
+            "code_versions": {"task": BurgersTask.version, "data": BurgersTask.data_version,
+                              "reference": BurgersTask.reference_version()}}
+    records = [_ablation_record("native", 0.95), _ablation_record("soflow", 0.33), data]
+    (row,) = _rows(render_ablation(records, "one_step", reported=False))
+    assert row["data (reference)"] == "0.36 ± 0.17 (16 draws)"
+    stale = {**data, "code_versions": {}}
+    (row,) = _rows(render_ablation(records[:2] + [stale], "one_step", reported=False))
+    assert row["data (reference)"] == "–"
+    csv = render_ablation(records, "one_step", fmt="csv", reported=False)
+    assert "Burgers,data (reference),energy,0.36,0.17,,data" in csv
