@@ -178,6 +178,8 @@ class HITSolver:
         dk2 = self.kvec.pow(2).sum(0)
         self.dk2_inv = torch.where(dk2 == 0, torch.zeros_like(dk2), 1.0 / dk2)
         self.mask = _dealias_mask(n, cfg.dealias, dev)
+        #: k_z columns a de-aliased spectrum can hold (|k_z| < dealias n / 2: the first ones)
+        self.kept_cols = int(self.mask.any(0).any(0).sum())
         forced = cfg.forcing == "linear"
         self.a = cfg.A if forced else 0.0
         lin = -cfg.nu * self.k2 + self.a
@@ -197,6 +199,16 @@ class HITSolver:
     def to_physical(self, uh: Tensor) -> Tensor:
         """Spectrum ``[..., n, n, n//2+1]`` -> physical ``[..., n, n, n]``."""
         return torch.fft.irfftn(uh, s=(self.n,) * 3, dim=_DIMS)
+
+    def to_physical_dealiased(self, uh: Tensor) -> Tensor:
+        """:meth:`to_physical` of a de-aliased spectrum (zero where ``|k_z|`` is cut, as
+        every solver state and what is derived from it mode-wise): the transforms along
+        y and x run on the kept k_z columns only, one axis at a time, and the real
+        transform along z zero-pads the rest (irfftn is separable: the same field at ~1/2
+        of the work on the `cpu` grid; ``tests/test_hit3d_solver.py``)."""
+        g = torch.fft.ifft(uh[..., : self.kept_cols], dim=-2)
+        g = torch.fft.ifft(g, dim=-3)
+        return torch.fft.irfft(g, n=self.n, dim=-1)
 
     def _check_shape(self, shape, physical: bool) -> None:
         want = (self.n,) * 3 if physical else (self.n, self.n, self.n // 2 + 1)
@@ -225,8 +237,8 @@ class HITSolver:
     def _nonlinear(self, uh: Tensor, speed: bool = False) -> tuple[Tensor, Tensor | None]:
         """De-aliased ``P[u x omega]`` and, if asked, the per-row max speed ``max |u|``
         ([B]; the first RK stage's velocity gives the CFL step for free)."""
-        u = self.to_physical(uh)
-        w = self.to_physical(self.curl(uh))
+        u = self.to_physical_dealiased(uh)
+        w = self.to_physical_dealiased(self.curl(uh))
         ux, uy, uz = u.unbind(dim=-4)
         wx, wy, wz = w.unbind(dim=-4)
         cross = torch.stack([uy * wz - uz * wy, uz * wx - ux * wz, ux * wy - uy * wx], dim=-4)
@@ -277,7 +289,7 @@ class HITSolver:
 
     def stable_dt(self, uh: Tensor) -> float:
         """``cfl * dx / max|u|`` over the grid and the batch, capped by ``dt_max``."""
-        u = self.to_physical(uh)
+        u = self.to_physical_dealiased(uh)
         return self._dt_from_speed(u.pow(2).sum(dim=-4).amax(dim=(-3, -2, -1)).sqrt())
 
     def advance(self, uh: Tensor, t: float, callback=None) -> Tensor:
@@ -307,7 +319,7 @@ class HITSolver:
         """Zero-mean pressure ``[B, 1, n, n, n]`` of ``-Lap p = d_i d_j (u_i u_j)``, i.e.
         ``p_hat = -k_i k_j (u_i u_j)^ / k^2`` with the de-aliased products (the pressure of
         the Galerkin dynamics; Lundgren forcing is solenoidal and does not enter)."""
-        u = self.to_physical(uh)
+        u = self.to_physical_dealiased(uh)
         k = self.kvec
         acc = torch.zeros_like(uh[..., :1, :, :, :])
         for i in range(3):
@@ -315,7 +327,7 @@ class HITSolver:
                 pij = torch.fft.rfftn(u[..., i, :, :, :] * u[..., j, :, :, :], dim=_DIMS)
                 acc = acc + (1.0 if i == j else 2.0) * (k[i] * k[j] * pij).unsqueeze(-4)
         ph = -acc * self.mask * self.dk2_inv
-        return self.to_physical(ph)
+        return self.to_physical_dealiased(ph)
 
     def energy(self, uh: Tensor) -> Tensor:
         """``E = <|u|^2> / 2`` per row ([B])."""
@@ -499,7 +511,7 @@ def simulate_frames(
     for i in range(n_frames):
         if i > 0:
             uh = solver.advance(uh, frame_dt, callback)
-        frames[i, :3] = solver.to_physical(uh)[0].to("cpu", torch.float32)
+        frames[i, :3] = solver.to_physical_dealiased(uh)[0].to("cpu", torch.float32)
         frames[i, 3] = solver.pressure(uh)[0, 0].to("cpu", torch.float32)
         st = solver.statistics(uh)
         frame_times.append(clock[0])
