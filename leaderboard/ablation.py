@@ -175,7 +175,7 @@ def _floor_cell(floor: tuple[float, float | None, int | None] | None, fmt: str) 
     s = _fmt(v)
     if sd is not None:
         s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(sd)
-    return s + (f" ({draws} draws)" if draws else "")
+    return s + (f" ({draws} draws)" if isinstance(draws, int) and draws > 1 else " (val split)")
 
 
 def failed_cells(records: list[dict], layout: AblationLayout,
@@ -361,9 +361,12 @@ def render_ablation(records: list[dict], name: str, fmt: str = "md",
                              + ["data (reference)"]],
                          tablefmt=tablefmt, disable_numparse=True)
         notes = [captions[group]] if captions.get(group) else []
-        notes.append(f"data (reference): real held-out data scored like a generator (the "
-                     f"task's floor of {layout.metric}; mean ± spread over its draws); a "
-                     f"cell near it has learned the data as far as {layout.metric} tells.")
+        notes.append(f"data (reference): real data scored like a generator against the "
+                     f"test split: test-sized draws of the training split (mean ± spread; "
+                     f"the floor of {layout.metric}: a cell near it has learned the data as "
+                     f"far as {layout.metric} tells), or the val split where a task keeps "
+                     f"it (on conditioned tasks other conditions than the test's: no "
+                     f"floor there).")
         notes += [f"data ({name}): {TASKS.get(task).provenance(p)}"
                   for task, name, _ in layout.benchmarks
                   if task in TASKS and any(t == task for t, _ in cells)]

@@ -393,6 +393,9 @@ def test_the_ablation_shows_the_datas_own_score_beside_the_objectives():
     records = [_ablation_record("native", 0.95), _ablation_record("soflow", 0.33), data]
     (row,) = _rows(render_ablation(records, "one_step", reported=False))
     assert row["data (reference)"] == "0.36 ± 0.17 (16 draws)"
+    val = {**data, "metrics_std": {}, "reference_draws": 1}
+    (row,) = _rows(render_ablation(records[:2] + [val], "one_step", reported=False))
+    assert row["data (reference)"] == "0.36 (val split)"
     stale = {**data, "code_versions": {}}
     (row,) = _rows(render_ablation(records[:2] + [stale], "one_step", reported=False))
     assert row["data (reference)"] == "–"
