@@ -226,6 +226,22 @@ def test_dealiased_inverse_equals_full_inverse(n, dtype):
         assert err <= tol * float(full.abs().max())
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_complex_constants_are_the_real_formulas(dtype):
+    """Projection, curl and the de-aliasing mask use constants pre-cast to the complex
+    dtype: bit for bit the products with the real constants (which torch casts anyway)."""
+    s = HITSolver(HITConfig.for_grid(16), dtype=dtype)
+    uh = 1.3 * random_state(s, 4, k_peak=4.0, batch=2) + 0.1
+    k = s.kvec
+    assert torch.equal(s.project(uh), uh - k * ((k * uh).sum(-4, keepdim=True) * s.dk2_inv))
+    kx, ky, kz = k
+    ux, uy, uz = uh.unbind(-4)
+    curl = 1j * torch.stack([ky * uz - kz * uy, kz * ux - kx * uz, kx * uy - ky * ux], -4)
+    assert torch.equal(s.curl(uh), curl)
+    assert torch.equal(s.to_spectral(s.to_physical(uh)),
+                       torch.fft.rfftn(s.to_physical(uh), dim=(-3, -2, -1)) * s.mask)
+
+
 def test_spectral_truncate_exact_and_solenoidal():
     # band-limited (|k_i| <= 5 < 16/2): truncation to 16 equals sampling on 16
     def field(n: int) -> torch.Tensor:

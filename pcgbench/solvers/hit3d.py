@@ -187,6 +187,13 @@ class HITSolver:
         self.lin = torch.where(self.k2 == 0, torch.zeros_like(lin), lin)
         self.w_half = _parseval_weights(n, dtype, dev)
         self.dx = 2 * math.pi / n
+        # the same constants cast to the state's complex dtype once: a real or bool factor
+        # in a product with a spectrum is cast anyway, so this is the same arithmetic
+        # without a cast (a copy) per product -- 15-20 % of a step at batch 1
+        self._kvec_c = self.kvec.to(self.cdtype)
+        self._dk2_inv_c = self.dk2_inv.to(self.cdtype)
+        self._mask_c = self.mask.to(self.cdtype)
+        self._kmag_c = self.k2.sqrt().to(self.cdtype)
 
     # -- transforms --------------------------------------------------------------------
     def to_spectral(self, u: Tensor) -> Tensor:
@@ -194,7 +201,7 @@ class HITSolver:
         (modes outside the 2/3-rule cube are zeroed: the solver's state space)."""
         self._check_shape(u.shape[-3:], physical=True)
         uh = torch.fft.rfftn(u.to(self.device, self.dtype), dim=_DIMS)
-        return uh * self.mask
+        return uh * self._mask_c
 
     def to_physical(self, uh: Tensor) -> Tensor:
         """Spectrum ``[..., n, n, n//2+1]`` -> physical ``[..., n, n, n]``."""
@@ -219,13 +226,13 @@ class HITSolver:
     def project(self, uh: Tensor) -> Tensor:
         """Leray projection ``(I - k k^T / k^2) uh`` (mode-wise ``k . uh = 0``, with the
         derivative wavenumbers so the spectral divergence vanishes to round-off)."""
-        k = self.kvec
+        k = self._kvec_c
         kdotu = (k * uh).sum(dim=-4, keepdim=True)
-        return uh - k * (kdotu * self.dk2_inv)
+        return uh - k * (kdotu * self._dk2_inv_c)
 
     def curl(self, uh: Tensor) -> Tensor:
         """Spectral vorticity ``omega_hat = i k x uh``."""
-        kx, ky, kz = self.kvec
+        kx, ky, kz = self._kvec_c
         ux, uy, uz = uh.unbind(dim=-4)
         return 1j * torch.stack([ky * uz - kz * uy, kz * ux - kx * uz, kx * uy - ky * ux], -4)
 
@@ -242,7 +249,7 @@ class HITSolver:
         ux, uy, uz = u.unbind(dim=-4)
         wx, wy, wz = w.unbind(dim=-4)
         cross = torch.stack([uy * wz - uz * wy, uz * wx - ux * wz, ux * wy - uy * wx], dim=-4)
-        nh = self.project(torch.fft.rfftn(cross, dim=_DIMS) * self.mask)
+        nh = self.project(torch.fft.rfftn(cross, dim=_DIMS) * self._mask_c)
         nh[..., 0, 0, 0] = 0  # the mean of a divergence/gradient is 0; drop round-off
         if not speed:
             return nh, None
@@ -262,8 +269,8 @@ class HITSolver:
 
     def _step_from(self, uh: Tensor, n1: Tensor, dt: float) -> Tensor:
         """One Lawson IF-RK step of size ``dt`` given ``n1 = N(uh)``."""
-        e1 = torch.exp(self.lin * dt).to(self.dtype)
-        e2 = torch.exp(self.lin * (dt / 2)).to(self.dtype)
+        e1 = torch.exp(self.lin * dt).to(self.cdtype)
+        e2 = torch.exp(self.lin * (dt / 2)).to(self.cdtype)
         nl = self.nonlinear
         if self.cfg.scheme == "rk4":
             # classical RK4 on v = exp(-L t) u, written back in u (cf. kolmogorov2d)
@@ -273,7 +280,7 @@ class HITSolver:
             return e1 * uh + (dt / 6) * (e1 * n1 + 2 * e2 * (n2 + n3) + n4)
         # Shu-Osher SSP-RK3 on v: stages at t + dt, t + dt/2; the second one needs
         # exp(-L dt/2), bounded since nu k_max^2 dt is O(1) at CFL steps
-        em = torch.exp(-self.lin * (dt / 2)).to(self.dtype)
+        em = torch.exp(-self.lin * (dt / 2)).to(self.cdtype)
         v1 = e1 * (uh + dt * n1)
         v2 = 0.75 * (e2 * uh) + 0.25 * (em * (v1 + dt * nl(v1)))
         return (e1 * uh) / 3 + (2.0 / 3.0) * (e2 * (v2 + dt * nl(v2)))
@@ -336,7 +343,7 @@ class HITSolver:
     def dissipation(self, uh: Tensor) -> Tensor:
         """``eps = nu <|grad u|^2> = nu sum k^2 |u_k|^2`` (= ``2 nu <s_ij s_ij>`` for
         periodic solenoidal fields) per row ([B])."""
-        return self.cfg.nu * self._mean_sq(uh * self.k2.sqrt())
+        return self.cfg.nu * self._mean_sq(uh * self._kmag_c)
 
     def injection(self, uh: Tensor) -> Tensor:
         """Forcing power ``P = <f . u> = A <|u - <u>|^2>`` per row ([B]); 0 unforced."""
