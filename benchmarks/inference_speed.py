@@ -32,7 +32,7 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment
-from pcgbench.config import parse_assignments, split_assignments
+from pcgbench.config import parse_method_spec
 from pcgbench.runner import (
     RunOptions,
     _fit_or_load,
@@ -66,8 +66,7 @@ def main() -> None:
     device = environment.resolve_device(args.device)
     loaded = {}
     for name in args.methods:
-        method_name, _, spec = name.partition(":")
-        overrides = parse_assignments(split_assignments(spec))  # typed, as --set
+        method_name, overrides = parse_method_spec(name)  # values typed as --set's
         opts = RunOptions(task=args.task, method=method_name, seed=args.seed,
                           preset=args.preset, device=str(device), results_dir=args.results,
                           progress=True, overrides=overrides)

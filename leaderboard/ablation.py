@@ -56,6 +56,30 @@ class AblationLayout:
     values: tuple[str, ...]
     reported: tuple[str, str]
 
+    def method_specs(self) -> list[str]:
+        """The runs of the table's columns as ``pcgbench sweep`` methods, in column order:
+        the method itself for the default, ``METHOD:FIELD=VALUE`` for the others; values
+        the method's config refuses (e.g. an unregistered objective, shown from the paper
+        only) are left out."""
+        from pcgbench.config import apply_overrides, check_config
+        from pcgbench.registry import METHODS
+
+        method_cls = METHODS.get(self.method)
+        config = method_cls.Config.for_preset("smoke")
+        specs = []
+        for value in self.values:
+            if value == self.default:
+                specs.append(self.method)
+                continue
+            try:
+                changed = apply_overrides(config, {self.field: value})
+                check_config(changed)
+                method_cls.validate_config(changed)
+            except PcgError:
+                continue
+            specs.append(f"{self.method}:{self.field}={value}")
+        return specs
+
 
 def _one_step() -> AblationLayout:
     from pcgbench.methods.onestep import PAPER_ORDER

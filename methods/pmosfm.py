@@ -202,6 +202,11 @@ class PMosFM(Method):
     version = 2
     preset_recipe = True
 
+    @classmethod
+    def validate_config(cls, config: MethodConfig) -> None:
+        """The one-step objective must be registered (did-you-mean otherwise)."""
+        OBJECTIVES.get(config.objective)  # type: ignore[attr-defined]
+
     def __init__(self, task: Task, config: PMosFMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)
         if not 0.0 <= config.gamma <= 1.0:

@@ -162,7 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "leaderboard; existing records are skipped")
     _add_common(p)
     p.add_argument("--tasks", nargs="+", default=None, help="default: every task")
-    p.add_argument("--methods", nargs="+", default=None, help="default: every method")
+    p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                   help="default: every method; METHOD:key=value[,key=value] runs it with "
+                   "those config overrides (as run --set; its own record, a variant column)")
+    p.add_argument("--ablation", default=None, choices=["one_step"],
+                   help="the runs of an ablation table (one_step: pmosfm with each "
+                   "registered one-step objective; default tasks: the table's benchmarks), "
+                   "then that table")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--preset", default=None,
                    help=f"one of {', '.join(PRESETS)} (default: gpu where --device resolves "
@@ -649,6 +655,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_preset(args.preset)
     if args.max_parallel < 1:
         raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")
+    layout = None
+    if args.ablation is not None:
+        from pcgbench.leaderboard.ablation import ablation_layout
+
+        if args.methods:
+            raise PcgError("--ablation names its own runs: --methods does not apply")
+        layout = ablation_layout(args.ablation)
+        args.methods = layout.method_specs()
+        args.tasks = args.tasks or [t for t, _, _ in layout.benchmarks]
     tasks = args.tasks or TASKS.names()
     methods = args.methods or METHODS.names()
     root = results_dir(args.results)
@@ -692,11 +707,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           + ", ".join(f"{n} {k}" for k, n in sorted(by_status.items())))
     swept = {r["label"].split("/", 1)[0] for r in results if r["stage"] != "data"}
     swept |= {label.split("/", 1)[0] for label in p.existing}
-    for task in sorted(swept):
+    if layout is not None:
+        cmd_leaderboard(argparse.Namespace(
+            results=str(root), task=None, preset=args.preset, format="md", no_reported=False,
+            suite=None, rows=None, methods=None, variants=False, ablation=args.ablation,
+            standalone=False))
+    for task in sorted(swept) if layout is None else ():
         cmd_leaderboard(argparse.Namespace(
             results=str(root), task=task, preset=args.preset, format="md", no_reported=False,
-            suite=None, rows=None, methods=None, variants=False, ablation=None,
-            standalone=False))
+            suite=None, rows=None, methods=None, variants=any(":" in m for m in methods),
+            ablation=None, standalone=False))
     # "exists": an identical run (e.g. a concurrent sweep) recorded it first: not a failure
     return int(any(r["status"] not in ("ok", "exists") for r in results if r["stage"] != "data")
                or any(r["status"] == "error" for r in results))

@@ -57,6 +57,15 @@ def split_assignments(text: str) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
+def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"pmosfm:objective=meanflow,gamma=0.7"`` -> ``("pmosfm", {"objective": "meanflow",
+    "gamma": 0.7})``; a bare ``NAME`` has no overrides.  The values parse as ``--set``'s."""
+    name, _, assignments = spec.partition(":")
+    if not name.strip():
+        raise PcgError(f"malformed method {spec[:60]!r}: expected NAME or NAME:key=value,...")
+    return name.strip(), parse_assignments(split_assignments(assignments))
+
+
 def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
     """Return a copy of a (nested) frozen dataclass with dotted-key overrides applied."""
     for key, value in overrides.items():

@@ -156,6 +156,13 @@ class Method(ABC):
                     "has none")
         return None
 
+    @classmethod
+    def validate_config(cls, config: MethodConfig) -> None:
+        """Raise :class:`PcgError` (one line) for a config this method cannot run, beyond
+        the field types and bounds every config is checked for (e.g. a name that must be
+        registered).  Called wherever a run is configured or a sweep plans it, so a bad
+        ``--set`` fails before any data or training.  Default: nothing more to check."""
+
     # -- the sampling protocol (pcgbench.protocol) ----------------------------------------
     @classmethod
     def nfe_settings(cls, nfe: int) -> dict[str, Any]:

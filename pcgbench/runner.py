@@ -132,6 +132,7 @@ def method_config(task: Task, opts: RunOptions) -> tuple[type[Method], Any]:
         overrides["chart"] = opts.chart
     config = apply_overrides(config, overrides)
     check_config(config)
+    method_cls.validate_config(config)
     return method_cls, config
 
 

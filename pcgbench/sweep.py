@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
+from pcgbench.config import parse_method_spec
 from pcgbench.errors import PcgError
 from pcgbench.registry import METHODS, TASKS, load_plugin
-from pcgbench.runner import RunOptions, build_task, planned_method, record_path
+from pcgbench.runner import RunOptions, build_task, method_config, planned_method, record_path
 
 EXECUTORS = ("local", "slurm", "debug")
 
@@ -90,10 +91,14 @@ def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
 def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], preset: str,
          results_dir: str | None, data_dir: str | None, plugins: Sequence[str] = (),
          checkpoint_every: int | None = None, device: str = "auto") -> Plan:
-    """The jobs still to run, stage by stage (names checked with did-you-mean)."""
+    """The jobs still to run, stage by stage (names checked with did-you-mean).  A method
+    is ``NAME`` or ``NAME:key=value[,key=value]``: that method with those config
+    overrides, the run ``pcgbench run --method NAME --set key=value ...`` makes (its own
+    record, a variant of the method's column)."""
     for name in tasks:
         TASKS.get(name)
-    for name in methods:
+    specs = {spec: parse_method_spec(spec) for spec in methods}
+    for name, _ in specs.values():
         METHODS.get(name)
     stages: dict[str, list[Job]] = {"data": [], "backbone": [], "method": []}
     existing: list[str] = []
@@ -101,19 +106,23 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
     unplanned: list[str] = []
 
     def options(task: str, method: str, seed: int) -> RunOptions:
-        return RunOptions(task=task, method=method, seed=seed, preset=preset,
+        name, overrides = specs.get(method, (method, {}))
+        return RunOptions(task=task, method=name, seed=seed, preset=preset,
                           device=device, results_dir=results_dir, data_dir=data_dir,
-                          progress=False, checkpoint_every=checkpoint_every)
+                          progress=False, checkpoint_every=checkpoint_every,
+                          overrides=overrides)
 
     for task_name in tasks:
         planned = len(stages["backbone"]) + len(stages["method"])
         task = build_task(options(task_name, methods[0], seeds[0]))
         runnable, backbones = [], []
         for method in methods:
-            reason = METHODS.get(method).unsupported_reason(task)
+            reason = METHODS.get(specs[method][0]).unsupported_reason(task)
             if reason:
                 unsupported.append(f"{task_name}/{method}: {reason}")
                 continue
+            if specs[method][1]:  # a bad override is one error now, not one per job
+                method_config(task, options(task_name, method, seeds[0]))
             try:  # planning runs no solver (the data stage does)
                 base = planned_method(task, options(task_name, method, seeds[0])
                                       ).pretrained_name()

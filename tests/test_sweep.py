@@ -67,6 +67,10 @@ def test_a_failing_job_is_reported_and_the_others_run(tmp_path):
     (["--executor", "slurm"], "not available"),
     (["--max-parallel", "0"], "max-parallel"),
     (["--tasks", "burgerz"], "burgers"),
+    (["--methods", "pmosfm:objective=meanflw"], "did you mean 'meanflow'"),
+    (["--methods", "pmosfm:gama=1"], "unknown config key 'gama'"),
+    (["--methods", ":gamma=1"], "malformed method"),
+    (["--ablation", "one_step", "--methods", "fm_ot"], "--methods does not apply"),
 ])
 def test_bad_sweep_input_is_one_line(dirs, capsys, argv, msg):
     base = ["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke"]
@@ -166,3 +170,39 @@ def test_a_planned_record_path_is_the_one_a_run_writes(tmp_path):
                  str(tmp_path / "data"), "--device", "cpu", "--quiet"]) == 0
     second = plan(*args)
     assert second.existing == ["hit_reconstruction/pmosfm seed 0"]
+
+
+def test_a_method_spec_is_the_run_with_those_overrides(tmp_path):
+    """``--methods NAME:key=value`` plans the run ``run --method NAME --set key=value``
+    makes: after that run, the sweep finds it recorded (and the plain method not)."""
+    r, d = str(tmp_path / "r"), str(tmp_path / "data")
+    args = (["burgers"], ["pmosfm:objective=shortcut,iterations=3", "pmosfm"], [0], "smoke",
+            r, d)
+    first = plan(*args)
+    (job, plain) = first.stages["method"]
+    assert job.label == "burgers/pmosfm:objective=shortcut,iterations=3 seed 0"
+    assert job.args[0].method == "pmosfm"
+    assert job.args[0].overrides == {"objective": "shortcut", "iterations": 3}
+    assert plain.args[0].overrides == {}
+    assert main(["run", "--task", "burgers", "--method", "pmosfm", "--set",
+                 "objective=shortcut", "--set", "iterations=3", "--preset", "smoke",
+                 "--results", r, "--data-dir", d, "--device", "cpu", "--quiet"]) == 0
+    second = plan(*args)
+    assert second.existing == ["burgers/pmosfm:objective=shortcut,iterations=3 seed 0"]
+    assert [j.label for j in second.stages["method"]] == ["burgers/pmosfm seed 0"]
+
+
+def test_the_ablation_sweep_runs_each_registered_objective(dirs, capsys):
+    """``--ablation one_step``: pmosfm once per registered objective (W-Flow, shown from
+    the paper only, is not run) on the table's benchmarks."""
+    from pcgbench.leaderboard.ablation import ablation_layout
+    from pcgbench.methods.onestep import OBJECTIVES
+
+    layout = ablation_layout("one_step")
+    specs = layout.method_specs()
+    assert specs[-1] == "pmosfm" and "pmosfm:objective=wflow" not in specs
+    assert sorted(s.partition("=")[2] or "native" for s in specs) == sorted(OBJECTIVES.names())
+    assert main(["sweep", "--ablation", "one_step", "--preset", "smoke", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "7 task(s) x 6 method(s) x 1 seed(s): 42 run(s) to do" in out
+    assert "dynamic_stall/pmosfm:objective=drifting seed 0" in out
