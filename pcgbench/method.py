@@ -162,6 +162,7 @@ class Method(ABC):
         the field types and bounds every config is checked for (e.g. a name that must be
         registered).  Called wherever a run is configured or a sweep plans it, so a bad
         ``--set`` fails before any data or training.  Default: nothing more to check."""
+        return None
 
     # -- the sampling protocol (pcgbench.protocol) ----------------------------------------
     @classmethod
