@@ -15,13 +15,10 @@ from pcgbench.datacache import cache_path
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 from pcgbench.solvers.burgers1d import (
-    _band_rhs,
-    _if_rk4_step,
     cell_average,
     fourier_resample,
     solve_burgers,
     spectral_derivative,
-    wavenumbers,
 )
 from pcgbench.tasks.burgers import BurgersICChart, BurgersParams, BurgersTask
 
@@ -129,23 +126,6 @@ def test_solver_is_differentiable():
     u = solve_burgers(u0, 1e-2, torch.linspace(0, 0.2, 3), cfl=0.5)
     u[:, -1].pow(2).sum().backward()
     assert u0.grad is not None and torch.isfinite(u0.grad).all() and u0.grad.abs().sum() > 0
-
-
-def test_in_place_rk4_step_is_the_formula():
-    """The in-place IF-RK4 step is, bit for bit, Lawson's formula written out of place."""
-    n, h = 64, 1e-3
-    k = wavenumbers(n)
-    nb, rhs = _band_rhs(n, k)
-    gen = torch.Generator().manual_seed(0)
-    v = torch.fft.rfft(0.5 * torch.randn(3, n, generator=gen, dtype=torch.float64))[:, :nb]
-    e1 = torch.exp(-1e-2 * k[:nb] ** 2 * (h / 2)).to(v.dtype)
-    e2 = e1 * e1
-    a = rhs(v)
-    b = rhs(e1 * (v + (h / 2) * a))
-    c = rhs(e1 * v + (h / 2) * b)
-    d = rhs(e2 * v + h * (e1 * c))
-    want = e2 * v + (h / 6) * (e2 * a + 2 * e1 * (b + c) + d)
-    assert torch.equal(_if_rk4_step(v, h, e1, e2, rhs), want)
 
 
 # -- task ------------------------------------------------------------------------------

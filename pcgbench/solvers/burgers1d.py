@@ -150,31 +150,12 @@ def _band_rhs(n: int, k: torch.Tensor) -> tuple[int, Callable[[torch.Tensor], to
 def _if_rk4_step(band: torch.Tensor, h: float | torch.Tensor, e1: torch.Tensor,
                  e2: torch.Tensor, rhs: Callable[[torch.Tensor], torch.Tensor]
                  ) -> torch.Tensor:
-    """One Lawson IF-RK4 step of size ``h`` (e1 = exp(L h/2), e2 = e1^2):
-
-    ``a = N(v)``, ``b = N(e1 (v + h/2 a))``, ``c = N(e1 v + h/2 b)``,
-    ``d = N(e2 v + h e1 c)``, ``v' = e2 v + h/6 (e2 a + 2 e1 (b + c) + d)``.
-
-    Written with in-place updates of fresh temporaries, each operation and its operand
-    order as in the formula: the step is bitwise that of the out-of-place expression
-    (gradients agree to round-off) and takes ~15 % less time.  Autograd-safe: no tensor
-    saved for a backward pass is overwritten.
-    """
+    """One Lawson IF-RK4 step of size ``h`` (e1 = exp(L h/2), e2 = e1^2)."""
     a = rhs(band)
-    stage = a * (h / 2)
-    stage.add_(band).mul_(e1)
-    b = rhs(stage)
-    stage = b * (h / 2)
-    stage.add_(e1 * band)
-    c = rhs(stage)
-    e2v = e2 * band
-    stage = e1 * c
-    stage.mul_(h).add_(e2v)
-    d = rhs(stage)
-    total = e2 * a
-    bc = b + c
-    total.add_(bc.mul_(2 * e1)).add_(d).mul_(h / 6)
-    return e2v.add_(total)
+    b = rhs(e1 * (band + (h / 2) * a))
+    c = rhs(e1 * band + (h / 2) * b)
+    d = rhs(e2 * band + h * (e1 * c))
+    return e2 * band + (h / 6) * (e2 * a + 2 * e1 * (b + c) + d)
 
 
 def solve_burgers(

@@ -189,7 +189,7 @@ class HITSolver:
         self.dx = 2 * math.pi / n
         # the same constants cast to the state's complex dtype once: a real or bool factor
         # in a product with a spectrum is cast anyway, so this is the same arithmetic
-        # without a cast (a copy) per product -- 15-20 % of a step at batch 1
+        # without a cast (a copy) per product (`cpu` HIT data ~17 % faster, protocols)
         self._kvec_c = self.kvec.to(self.cdtype)
         self._dk2_inv_c = self.dk2_inv.to(self.cdtype)
         self._mask_c = self.mask.to(self.cdtype)
