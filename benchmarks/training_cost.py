@@ -71,7 +71,7 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment
-from pcgbench.config import apply_overrides, parse_assignments
+from pcgbench.config import apply_overrides, parse_method_spec
 from pcgbench.method import RunContext
 from pcgbench.methods.fm_ot import PRESET_BUDGET
 from pcgbench.registry import METHODS, TASKS
@@ -185,10 +185,10 @@ def configurations(methods: list[str]) -> list[tuple[str, str, dict]]:
         if name == "pbfm":
             out += [(f"PBFM-{n}", "pbfm", {"unroll": n}) for n in PBFM_DEPTHS]
         else:  # NAME or NAME:key=value[,key=value] (a config variant, own column)
-            base, _, spec = name.partition(":")
+            base, over = parse_method_spec(name)
+            spec = name.partition(":")[2]
             label = {"pmosfm": "PMosFM", "fm_ot": "FM-OT", "pidm": "PIDM",
                      "pcft": "PCFT"}.get(base, base)
-            over = parse_assignments([kv for kv in spec.split(",") if kv])
             out.append((f"{label}[{spec}]" if spec else label, base, over))
     return out
 
