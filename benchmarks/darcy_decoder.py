@@ -27,8 +27,8 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment
-from pcgbench.solvers import darcy2d
 from pcgbench.tasks.darcy import DarcyTask
+from pcgbench.tasks.darcy import solver as darcy2d
 from pcgbench.timing import timed_median
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from tabulate import tabulate
 
-from pcgbench.solvers.hit3d import HITConfig, HITSolver, random_solenoidal_field
-from pcgbench.solvers.kolmogorov2d import KolmogorovSolver
+from pcgbench.tasks.hit.solver import HITConfig, HITSolver, random_solenoidal_field
+from pcgbench.tasks.kolmogorov.solver import KolmogorovSolver
 
 
 def kolmogorov_case(n: int, re: torch.Tensor) -> tuple[list, torch.Tensor, float]:

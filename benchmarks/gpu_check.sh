@@ -9,7 +9,7 @@
 #   4. optimizer-update time and memory, PBFM 1-4 vs PMosFM (implicit-gradient decoder and
 #      the unrolled chart) vs FM-OT vs PIDM, darcy and burgers;
 #   5. the paper-scale cost probe (benchmarks/paper_cost.py), its rows written to
-#      $OUT_DIR/paper_cost.csv and .md (merge into pcgbench/paper_cost.csv with --write);
+#      $OUT_DIR/paper_cost.csv and .md (merge into paper/paper_cost.csv with --write);
 # then one summary.  Every step has its own time limit; a step that fails or times out is
 # reported and the others run.
 #

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from pcgbench.metrics.velocity_gradient import plot_qr, qr_histogram, qr_normalized
-from pcgbench.solvers.hit3d import random_solenoidal_field
-from pcgbench.tasks.hit_forecasting import HITForecastingTask
+from pcgbench.tasks.hit.forecasting import HITForecastingTask
+from pcgbench.tasks.hit.solver import random_solenoidal_field
 
 
 def quadrants(u: torch.Tensor) -> str:

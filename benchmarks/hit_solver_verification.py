@@ -1,4 +1,4 @@
-"""Verification and cost of the 3-D HIT pseudo-spectral solver (``pcgbench.solvers.hit3d``).
+"""Verification and cost of the 3-D HIT pseudo-spectral solver (``pcgbench.tasks.hit.solver``).
 
 Prints, in one run:
 
@@ -24,8 +24,8 @@ import time
 import torch
 from tabulate import tabulate
 
-from pcgbench.solvers.hit3d import HITConfig, HITSolver, random_solenoidal_field
-from pcgbench.tasks._hit import HITFlowParams
+from pcgbench.tasks.hit import HITFlowParams
+from pcgbench.tasks.hit.solver import HITConfig, HITSolver, random_solenoidal_field
 
 
 def mesh(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -20,7 +20,7 @@ s/update; sampling = the preset's test rows x s/sample.  One-off costs of a fit
     python benchmarks/paper_cost.py --tasks burgers darcy --rows 64 --sample-batch 8
     python benchmarks/paper_cost.py --write                      # merge into the table
 
-``--write`` merges the rows into the package's cost table (``pcgbench/paper_cost.csv``:
+``--write`` merges the rows into the package's cost table (``paper/paper_cost.csv``:
 one row per task, method, preset and device kind) and regenerates
 ``docs/paper_cost.md``; ``pcgbench sweep --dry-run --preset paper`` prices a sweep from it.
 """
@@ -40,7 +40,7 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment, papercost
-from pcgbench.papercost import CostRow
+from pcgbench.paper.cost import CostRow
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.runner import (
     RunOptions,
@@ -160,7 +160,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=None, help="default: every task")
     ap.add_argument("--methods", nargs="+", default=None,
-                    help="default: the paper's methods of each task (pcgbench.papercost)")
+                    help="default: the paper's methods of each task (pcgbench.paper.cost)")
     ap.add_argument("--preset", default="paper")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--updates", type=int, default=3, help="timed updates after warm-up")
@@ -182,7 +182,7 @@ def main() -> None:
                     help="keep the probe data here (default: a temporary folder; data found "
                     "cached there is not timed)")
     ap.add_argument("--write", action="store_true",
-                    help="merge into pcgbench/paper_cost.csv and rewrite docs/paper_cost.md")
+                    help="merge into paper/paper_cost.csv and rewrite docs/paper_cost.md")
     ap.add_argument("--table", default=None, help="the CSV to merge into (with --write)")
     ap.add_argument("--md", default=None, help="the markdown to rewrite (with --write)")
     args = ap.parse_args()

@@ -1,7 +1,6 @@
 """Turning stored run records into paper-style tables."""
 
 from pcgbench.leaderboard.records import load_records
-from pcgbench.leaderboard.reported import reported_table
 from pcgbench.leaderboard.tables import (
     backbone_notes,
     failed_notes,
@@ -11,6 +10,7 @@ from pcgbench.leaderboard.tables import (
     select,
     summary_frame,
 )
+from pcgbench.paper.reported import reported_table
 
 __all__ = ["backbone_notes", "failed_notes", "format_table", "group_records", "load_records",
            "long_frame", "reported_table", "select", "summary_frame"]

@@ -25,7 +25,6 @@ import pandas as pd
 from tabulate import tabulate
 
 from pcgbench.errors import PcgError
-from pcgbench.leaderboard.reported import reported_csv
 from pcgbench.leaderboard.tables import (
     REPORTED_CAPTION,
     _fmt,
@@ -37,6 +36,7 @@ from pcgbench.leaderboard.tables import (
     status_of,
     to_csv,
 )
+from pcgbench.paper.reported import reported_csv
 from pcgbench.registry import TASKS
 
 

@@ -20,7 +20,6 @@ import pandas as pd
 from tabulate import tabulate
 
 from pcgbench.errors import PcgError
-from pcgbench.leaderboard.reported import method_key, method_label, reported_csv
 from pcgbench.leaderboard.tables import (
     REPORTED_CAPTION,
     _fmt,
@@ -32,6 +31,7 @@ from pcgbench.leaderboard.tables import (
     summary_frame,
     to_csv,
 )
+from pcgbench.paper.reported import method_key, method_label, reported_csv
 from pcgbench.registry import METRICS, TASKS
 
 #: metric name -> (row label, display unit: the table shows value / unit)

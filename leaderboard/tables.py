@@ -377,7 +377,7 @@ def long_frame(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
     the paper's rows by our key of the method they name), its display ``label`` (the
     paper's name), mean, std, seeds and source (``measured``, or ``paper``: the paper's
     reported value, with no seeds)."""
-    from pcgbench.leaderboard.reported import method_key, method_label
+    from pcgbench.paper.reported import method_key, method_label
 
     long = []
     for row in mean.index:

@@ -1,7 +1,8 @@
 """The flow toolkit shared by every flow-matching method: the per-preset backbone size and
 training budget (the same for every method, for fairness), a time-broadcast helper, an
 Euler solver that knows nothing of the model (it takes a velocity callable, as Meta
-flow_matching's ``ODESolver`` does), and the EMA update of PBFM and PIDM."""
+flow_matching's ``ODESolver`` does), the conditional OT path (torchcfm's / flow_matching's
+``CondOTPath``), and the EMA update of PBFM and PIDM."""
 
 from __future__ import annotations
 
@@ -70,6 +71,17 @@ def bshape(v: Tensor, ndim: int) -> Tensor:
     """A per-sample scalar [B] or [B, 1] shaped [B, 1, ..., 1] to broadcast against a
     field of ``ndim`` dimensions."""
     return v.reshape(-1, *([1] * (ndim - 1)))
+
+
+@dataclass(frozen=True)
+class CondOTPath:
+    """The conditional optimal-transport path of flow matching (Lipman et al. 2022, Sec. 4.1
+    with sigma_min = 0): ``x_t = (1 - t) x0 + t x1`` and its target velocity ``x1 - x0``."""
+
+    def sample(self, x0: Tensor, x1: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        """``(x_t, target)`` for a batch; ``t`` a per-sample time ([B] or [B, 1])."""
+        tb = bshape(t, x1.ndim)
+        return (1 - tb) * x0 + tb * x1, x1 - x0
 
 
 @torch.no_grad()

@@ -40,6 +40,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pcgbench.methods._linalg import batched_jacobian, damp, spd_solve
+
 Cond = Tensor | None
 ConstraintFn = Callable[[Tensor, Cond], Tensor]
 
@@ -150,8 +152,6 @@ class ColoredJacobian:
                dense_fraction: float = 0.125, seed: int = 0) -> ColoredJacobian:
         """Pattern from the dense Jacobian at ``probes`` random points shaped like z[0]
         (with the first samples' conditions); colours for the sparse rows."""
-        from pcgbench.methods._sampling import batched_jacobian
-
         gen = torch.Generator(device="cpu").manual_seed(seed)
         m = min(probes, z.shape[0]) if cond is not None else probes
         pts = torch.randn((probes, *z.shape[1:]), generator=gen).to(z.device, z.dtype)
@@ -257,8 +257,6 @@ def _shifted(s: Tensor, rhs: Tensor, damping: float, shift: Tensor | None) -> Te
     definite, else the pseudo-inverse (a singular Gram, e.g. rank-deficient constraint
     rows, with a shift below its round-off: ``torch.linalg.solve`` raised there on some
     CPU kernels), returned in the input's dtype."""
-    from pcgbench.methods._sampling import damp, spd_solve
-
     if shift is not None:
         eye = torch.eye(s.shape[-1], dtype=torch.float64, device=s.device)
         shifted = s.to(torch.float64) + shift.to(torch.float64).view(
@@ -307,8 +305,6 @@ class DenseJacobian:
         computed once and reused (the same numbers as refactoring every call)."""
         if shift is not None or self.jac.shape[0] != 1:
             return _shifted(self.gram(), rhs.unsqueeze(-1), damping, shift).squeeze(-1)
-        from pcgbench.methods._sampling import damp
-
         key = ("damped", damping) if damping else ("pinv",)
         if key not in self._factors:
             s = damp(self.gram(), damping)
@@ -366,8 +362,6 @@ class SparseRowsJacobian:
         """As :meth:`DenseJacobian.solve`, block by block: relative damping (c the mean
         diagonal of the whole Gram) by Cholesky in float64, an absolute ``shift`` as
         :func:`_shifted`, neither by each block's pseudo-inverse."""
-        from pcgbench.methods._sampling import spd_solve
-
         p = self.plan
         assert p.slot_of_row is not None and p.pair_slot is not None and p.pad_diag is not None
         b, bs = rhs.shape[0], p.block_size

@@ -29,7 +29,7 @@ the last predictor step, at n = 100 about 17 follow each of the last 3), then
 ceil(0.025 n) corrections -- one at n = 20, moving the field by ~4e-3: no measurable
 work.)  Corrections cost residual gradients, not network calls: NFE = n (default 20,
 the paper's Burgers row; 100 on Darcy/Kolmogorov/dynamic stall per
-``pcgbench.protocol``).  CoCoGen needs no hard constraints.
+``pcgbench.paper.protocol``).  CoCoGen needs no hard constraints.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._flow import (
     PRESET_BUDGET,
     PRESET_RECIPE,
-    bshape,
+    CondOTPath,
     euler_solve,
     preset_backbone,
 )
@@ -106,10 +106,9 @@ class FMOT(Method):
             if cfg.ot_coupling:
                 x0 = ot_pair(x0, x1)
             t = torch.rand(len(x1), 1, generator=gen).to(self.device)
-            tb = bshape(t, x1.ndim)
-            xt = (1 - tb) * x0 + tb * x1
+            xt, target = CondOTPath().sample(x0, x1, t)
             c = None if cond is None else cond[idx]
-            return (self.net(xt, t, c) - (x1 - x0)).pow(2).mean()
+            return (self.net(xt, t, c) - target).pow(2).mean()
 
         self.net.train()
         self.ema = WeightEMA(self.net, cfg.ema_decay) if cfg.ema_decay > 0 else None

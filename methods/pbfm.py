@@ -55,7 +55,13 @@ from tqdm.auto import tqdm
 from pcgbench.backbones import BackboneConfig, field_backbone
 from pcgbench.errors import PcgError, TrainingDiverged
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.methods._flow import PRESET_RECIPE, bshape, ema_update, preset_backbone
+from pcgbench.methods._flow import (
+    PRESET_RECIPE,
+    CondOTPath,
+    bshape,
+    ema_update,
+    preset_backbone,
+)
 from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import euler_sample
 from pcgbench.registry import METHODS
@@ -238,10 +244,9 @@ class PBFM(Method):
     def losses(self, x1: torch.Tensor, x0: torch.Tensor, t: torch.Tensor, n: int,
                cond: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(L_FM, L_R) of one batch; t [B, 1]."""
-        tb = bshape(t, x1.ndim)
-        xt = (1 - tb) * x0 + tb * x1
+        xt, target = CondOTPath().sample(x0, x1, t)
         v = self.net(xt, t, cond)
-        l_fm = (v - (x1 - x0)).pow(2).mean()
+        l_fm = (v - target).pow(2).mean()
         x_hat = unroll_endpoint(self.net, xt, t, n, cond, v0=v)
         spec = self.residual
         return l_fm, residual_loss(self.task, x_hat, cond, t, power=spec.power,

@@ -13,7 +13,7 @@ c_res = 1e-3, x0* = x^0 (the reference's default "mean" estimate).  Ancestral DD
 sampling with the EMA weights, x_{t-1} = mu(x^0, x_t) + sigma_t z with the reference's
 sigma_t = sqrt(beta_t) (``sampling_variance`` = "beta"; "posterior" uses the DDPM
 posterior variance, what an earlier version did), NFE = T = 100 (counted; T per task in
-``pcgbench.protocol``: 20 on Burgers and the suite, T is then also the training chain).
+``pcgbench.paper.protocol``: 20 on Burgers and the suite, T is then also the training chain).
 
 The network is fed the task's condition on every task (``conditioned``), the zero-shot
 suite included, where the residual term also covers the hard constraints h(x, c)

@@ -49,9 +49,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
+from torch import Tensor
 
 from pcgbench.backbones import BackboneConfig, conditioned_backbone
 from pcgbench.capture import GraphedModule
@@ -72,8 +73,13 @@ from pcgbench.task import FieldData, Task
 from pcgbench.timing import PhaseTimer
 from pcgbench.training import WeightEMA, batch_indices, train_loop
 
-if TYPE_CHECKING:
-    from pcgbench.methods.onestep.native import Losses
+
+class Losses(NamedTuple):
+    """The terms of one objective evaluation (None: the term is off)."""
+
+    fm: Tensor
+    pe: Tensor | None
+    spread: Tensor | None
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,20 @@ distribution, compare generated and reference pools, and average over channels.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.metric import JS_NATS, NONNEGATIVE, Metric, MetricContext
+from pcgbench.metric import JS_NATS, NONNEGATIVE, Metric, MetricContext, shared
+from pcgbench.metric import sharing as sharing  # re-exported
 from pcgbench.registry import METRICS
+from pcgbench.sample_health import (  # noqa: F401 - re-exported (the metrics' API)
+    BLOWUP_FACTOR,
+    blowup_fraction,
+    nonfinite_fraction,
+)
 
 WD_MAX_VALUES = 2_000_000  # per side and channel; larger pools are evenly strided
 JS_BINS = 100
@@ -24,71 +27,6 @@ _CHUNK = 4_000_000  # values per histogram chunk (bounds float64 temporaries)
 
 
 # -- shared helpers ---------------------------------------------------------------------
-#: results shared by the metrics of one evaluation (:func:`sharing`); None outside one
-_SHARED: dict[tuple, tuple[tuple[torch.Tensor, ...], tuple[int, ...], Any]] | None = None
-
-
-@contextlib.contextmanager
-def sharing() -> Iterator[None]:
-    """Within this block, :func:`shared` computes each result once for the same tensor
-    objects (the runner's ``evaluate``: every metric gets the same two tensors, so the
-    finite-row masks and float64 copies are not recomputed per metric)."""
-    global _SHARED
-    previous, _SHARED = _SHARED, {}
-    try:
-        yield
-    finally:
-        _SHARED = previous
-
-
-def shared(name: str, tensors: tuple[torch.Tensor, ...], compute: Callable[[], Any]) -> Any:
-    """``compute()``, reused inside :func:`sharing` while ``tensors`` are the same objects,
-    unchanged in place (their ``_version``); computed afresh outside it."""
-    if _SHARED is None:
-        return compute()
-    key = (name, *(id(t) for t in tensors))
-    versions = tuple(t._version for t in tensors)
-    hit = _SHARED.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], tensors, strict=True)) \
-            and hit[1] == versions:
-        return hit[2]
-    value = compute()
-    _SHARED[key] = (tensors, versions, value)  # holds the tensors: ids stay unique
-    return value
-
-
-def nonfinite_fraction(samples: torch.Tensor) -> float:
-    """Fraction of samples (rows of dim 0) containing any non-finite value; nan if empty."""
-    n = int(samples.shape[0])
-    if n == 0:
-        return float("nan")
-    bad = ~torch.isfinite(samples.reshape(n, -1)).all(dim=1)
-    return float(bad.sum().item()) / n
-
-
-#: a finite sample larger than this many times the reference's largest magnitude is a
-#: blow-up, not a draw from any tail (PCFM on Darcy reached 1e17 in normalized units)
-BLOWUP_FACTOR = 1e3
-
-
-def blowup_fraction(samples: torch.Tensor, reference: torch.Tensor,
-                    factor: float = BLOWUP_FACTOR) -> float:
-    """Fraction of samples (rows of dim 0) whose largest |value| exceeds ``factor`` x
-    the largest finite |value| of ``reference`` (non-finite samples count too: they are
-    ``nonfinite_fraction``'s as well); nan if empty."""
-    n = int(samples.shape[0])
-    if n == 0:
-        return float("nan")
-    ref = reference.detach()
-    mags = torch.where(torch.isfinite(ref), ref.abs(), torch.zeros((), dtype=ref.dtype))
-    scale = float(mags.max()) if mags.numel() else 0.0
-    # each row's largest |value| (nan when it has one: amax propagates it) in its own
-    # dtype, then widened: the same peaks as widening every value first
-    peak = samples.reshape(n, -1).detach().abs().amax(dim=1).to("cpu", torch.float64)
-    peak = torch.nan_to_num(peak, nan=float("inf"))
-    return float((peak > factor * scale).sum().item()) / n
-
-
 def finite_mask(x: torch.Tensor) -> torch.Tensor:
     """Boolean [N]: True where the whole sample is finite (once per tensor inside
     :func:`sharing`)."""

@@ -14,13 +14,11 @@ from collections.abc import Callable
 import torch
 
 from pcgbench.errors import PcgError
+from pcgbench.fields import COND_TOL
 from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
 
 from .distribution import check_pair, finite_mask, finite_rows, shared
-
-#: reference rows match a group's condition when max|c_ref - c| <= COND_TOL (1 + max|c|)
-COND_TOL = 1e-6
 
 ENERGY_MAX_SAMPLES = 1000  # first 1000 samples of each set
 ENERGY_REFINE = 100_000  # most near-coincident pairs recomputed exactly
@@ -84,7 +82,7 @@ def grouped_statistic(stat: Callable[[torch.Tensor, torch.Tensor], float],
 
 
 def _by_cond(ctx: MetricContext) -> bool:
-    return bool(getattr(ctx.task, "group_statistics_by_cond", False))
+    return bool(getattr(ctx.task, "group_statistics_by_cond", False))  # None in some tests
 
 
 def _pair_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ import torch
 
 from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
+from pcgbench.task import implements
 
 from .ensemble import ensemble_groups
 
@@ -81,9 +82,10 @@ def missing_rmse(samples: torch.Tensor, reference: torch.Tensor, ctx: MetricCont
     """Mean over conditions of the RMSE of the ensemble mean over the hidden points: the
     grid points where ``ctx.task.observed_mask(cond)`` is False (all channels), in physical
     units.  nan for tasks without ``observed_mask`` or without conditions."""
-    mask_fn = getattr(ctx.task, "observed_mask", None)
-    if mask_fn is None or ctx.cond is None or ctx.reference_cond is None:
+    if not implements(ctx.task, "observed_mask") or ctx.cond is None \
+            or ctx.reference_cond is None:
         return float("nan")
+    mask_fn = ctx.task.observed_mask
     # the hidden points of a condition, flattened like the samples ([P] per row)
     hidden = (~mask_fn(ctx.cond)).expand(-1, samples.shape[1], *samples.shape[2:])
     fields = torch.cat([samples, hidden.to(samples.dtype)], dim=1)

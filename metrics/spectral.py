@@ -9,6 +9,7 @@ import torch
 
 from pcgbench.metric import NONNEGATIVE, Metric, MetricContext
 from pcgbench.registry import METRICS
+from pcgbench.task import implements
 
 from .distribution import check_pair, finite_rows
 from .moments import ENERGY_MAX_SAMPLES, _pair_dists, pooled_distances
@@ -78,7 +79,7 @@ class SpectrumMetric(Metric):
     description = "Mean relative error of the radially binned energy spectrum over shells"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
-        vel = getattr(ctx.task, "velocity_channels", None)
+        vel = getattr(ctx.task, "velocity_channels", None)  # tolerant of duck-typed tasks
         if vel is not None:  # e.g. HIT: the kinetic-energy spectrum, not the pressure's
             samples, reference = samples[:, list(vel)], reference[:, list(vel)]
         return spectrum_error(samples, reference)
@@ -150,9 +151,9 @@ class SpectralResidualMetric(Metric):
     description = "RMS of the task's spectral (Fourier) evaluator residual, mean over samples"
 
     def __call__(self, samples: torch.Tensor, reference: torch.Tensor, ctx: MetricContext) -> float:
-        fn = getattr(ctx.task, "residual_spectral", None)
-        if fn is None:
+        if not implements(ctx.task, "residual_spectral"):
             return float("nan")
+        fn = ctx.task.residual_spectral
 
         class _View:  # residual_error calls task.residual
             residual = staticmethod(fn)

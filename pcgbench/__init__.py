@@ -1,6 +1,6 @@
 """pcgbench: a benchmark harness for physics-constrained generative models.
 
-The distribution maps the top-level folders ``tasks/ methods/ metrics/ leaderboard/`` of
+The distribution maps the top-level folders ``tasks/ methods/ metrics/ leaderboard/ paper/`` of
 the source tree to ``pcgbench.tasks`` ... (setuptools ``package-dir``).  When Python
 imports this package from a source checkout -- ``python -m pcgbench`` run in the
 repository root puts the checkout first on ``sys.path``, ahead of an installed wheel --
@@ -17,7 +17,7 @@ from pathlib import Path
 
 #: sub-package -> folder of the source tree (pyproject.toml ``package-dir``)
 SOURCE_FOLDERS = {"tasks": "tasks", "methods": "methods", "metrics": "metrics",
-                  "leaderboard": "leaderboard"}
+                  "leaderboard": "leaderboard", "paper": "paper"}
 
 
 class _SourceTreeFinder(importlib.abc.MetaPathFinder):

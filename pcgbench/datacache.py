@@ -11,18 +11,38 @@ import hashlib
 import json
 import warnings
 from pathlib import Path
+from typing import Any, Protocol
 
 import h5py
 import numpy as np
 import torch
 
 from pcgbench.errors import DataNotGenerated
+from pcgbench.fields import SPLITS, FieldData, TaskSpec
 from pcgbench.log import generating, logger
 from pcgbench.presets import data_preset
 from pcgbench.storage import atomic_write, config_hash, data_dir
-from pcgbench.task import SPLITS, FieldData, Task
 
 CACHE_VERSION = 1
+
+
+class CachedTask(Protocol):
+    """What the cache needs of a task (:class:`pcgbench.task.Task` provides it): its
+    identity (name, preset, parameters, data version), where to cache, its shapes and its
+    own solver (``generate``)."""
+
+    name: str
+    preset: str
+    data_dir: Any
+    data_version: Any
+    generation_allowed: bool
+
+    @property
+    def spec(self) -> TaskSpec: ...
+
+    def params_dict(self) -> dict[str, Any]: ...
+
+    def generate(self, split: str) -> FieldData: ...
 
 
 def _checksum(arrays: list[np.ndarray]) -> str:
@@ -32,7 +52,7 @@ def _checksum(arrays: list[np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def cache_path(task: Task, split: str) -> Path:
+def cache_path(task: CachedTask, split: str) -> Path:
     meta: dict[str, object] = {"task": task.name, "split": split,
                                "params": task.params_dict(), "v": CACHE_VERSION}
     if task.data_version:  # only when set, so existing caches keep their names
@@ -41,7 +61,7 @@ def cache_path(task: Task, split: str) -> Path:
     return root / task.name / f"{split}-{data_preset(task.preset)}-{config_hash(meta)}.h5"
 
 
-def _read(path: Path, task: Task, split: str) -> FieldData:
+def _read(path: Path, task: CachedTask, split: str) -> FieldData:
     """The cached split, checked to be this task's (``task`` attribute, parameters, split,
     field and condition shapes) and intact (checksum); ``ValueError`` otherwise."""
     with h5py.File(path, "r") as f:
@@ -63,7 +83,7 @@ def _read(path: Path, task: Task, split: str) -> FieldData:
     return FieldData(torch.from_numpy(x), None if cond is None else torch.from_numpy(cond))
 
 
-def _check_shapes(task: Task, x: tuple[int, ...], cond: tuple[int, ...] | None) -> None:
+def _check_shapes(task: CachedTask, x: tuple[int, ...], cond: tuple[int, ...] | None) -> None:
     spec = task.spec
     if tuple(x[1:]) != tuple(spec.field_shape):
         raise ValueError(f"fields have shape {tuple(x[1:])} per row, the task's are "
@@ -85,7 +105,7 @@ def _check_shapes(task: Task, x: tuple[int, ...], cond: tuple[int, ...] | None) 
                          f"({spec.cond_dim},)")
 
 
-def _write(path: Path, task: Task, split: str, data: FieldData) -> None:
+def _write(path: Path, task: CachedTask, split: str, data: FieldData) -> None:
     x = data.x.detach().cpu().numpy()
     cond = None if data.cond is None else data.cond.detach().cpu().numpy()
 
@@ -104,7 +124,7 @@ def _write(path: Path, task: Task, split: str, data: FieldData) -> None:
     atomic_write(path, write)
 
 
-def verify(task: Task, split: str) -> str:
+def verify(task: CachedTask, split: str) -> str:
     """'ok', 'missing' or 'corrupt: <why>' for the cached file of a split."""
     path = cache_path(task, split)
     if not path.exists():
@@ -116,7 +136,7 @@ def verify(task: Task, split: str) -> str:
     return "ok"
 
 
-def load_or_generate(task: Task, split: str) -> FieldData:
+def load_or_generate(task: CachedTask, split: str) -> FieldData:
     """The cached split, generated (by the task's own solver) and cached when missing or
     unreadable.  A file lock beside the cache file makes concurrent runs generate each
     split once: the others wait, then read it."""

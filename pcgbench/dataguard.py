@@ -19,14 +19,25 @@ from __future__ import annotations
 import hashlib
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from pcgbench.errors import PcgError
+from pcgbench.fields import FieldData
 
-if TYPE_CHECKING:
-    from pcgbench.task import FieldData, Task
+
+class GuardedTask(Protocol):
+    """What the guards need of a task (:class:`pcgbench.task.Task` provides it)."""
+
+    name: str
+    data_file: Any
+    split_overlaps: dict[str, int]
+    _row_hashes: dict[str, Any]
+
+    def external_files(self, path: Path) -> list[Path]: ...
+
+    def overlap_reason(self, pair: str) -> str: ...
 
 _DIGESTS: dict[tuple[str, int, int, int], str] = {}
 
@@ -48,7 +59,7 @@ def file_digest(path: Path) -> str:
     return _DIGESTS[key]
 
 
-def data_digest(task: Task) -> str | None:
+def data_digest(task: GuardedTask) -> str | None:
     """``sha256:<hex>`` over the names and contents of every file the task's
     ``--data-file`` names (None without one)."""
     if task.data_file is None:
@@ -75,7 +86,7 @@ def row_hashes(data: FieldData) -> list[bytes]:
     return [hashlib.blake2b(row.numpy().tobytes(), digest_size=16).digest() for row in flat]
 
 
-def check_split(task: Task, split: str, data: FieldData, source: str) -> None:
+def check_split(task: GuardedTask, split: str, data: FieldData, source: str) -> None:
     """Refuse (one line) an empty split, non-finite fields or conditions, and rows shared
     with another split of ``task`` already loaded; records overlap counts of a task that
     declares its protocol's overlap in ``task.split_overlaps``."""

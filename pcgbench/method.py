@@ -11,18 +11,16 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
+from pcgbench.fitstate import FitStats, Resume
 from pcgbench.network import CountedNetwork, NFECounter
 from pcgbench.task import FieldData, Task
-
-if TYPE_CHECKING:
-    from pcgbench.training import Resume
 
 
 @dataclass(frozen=True)
@@ -59,15 +57,6 @@ class RunContext:
     checkpoint_every: int = 0
 
 
-@dataclass
-class FitStats:
-    """What ``fit`` reports: wall seconds of every optimizer update and the losses."""
-
-    update_seconds: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 KNOWN_REQUIREMENTS = frozenset({"chart", "constraints", "linear_constraints"})
 
 
@@ -95,11 +84,6 @@ class Method(ABC):
     #: capabilities needed from the task, from ``KNOWN_REQUIREMENTS`` (checked when the
     #: class is defined): "chart", "constraints", "linear_constraints"
     requires: ClassVar[frozenset[str]] = frozenset()
-    #: the shared pretrained flow backbone (``pretrained``) of sampling-time methods, and
-    #: the one on zero-shot constrained-PDE tasks (the protocol's common FFM backbone,
-    #: REFERENCES.md "Constrained-PDE suite"); see ``shared_backbone``
-    default_backbone: ClassVar[str] = "fm_ot"
-    zero_shot_backbone: ClassVar[str] = "ffm"
     #: bump when a change alters what ``fit`` or ``sample`` produces for the same config
     #: (a bug fix): it is part of the checkpoint's and the record's identity, so stale
     #: checkpoints are refitted and older records are left out of the leaderboard
@@ -164,7 +148,7 @@ class Method(ABC):
         ``--set`` fails before any data or training.  Default: nothing more to check."""
         return None
 
-    # -- the sampling protocol (pcgbench.protocol) ----------------------------------------
+    # -- the sampling protocol (pcgbench.paper.protocol) ----------------------------------------
     @classmethod
     def nfe_settings(cls, nfe: int) -> dict[str, Any]:
         """Config fields that make one ``sample`` call cost ``nfe`` network evaluations
@@ -218,11 +202,6 @@ class Method(ABC):
                            "pcgbench.runner.prepare(method) before fit/load_state_dict")
         return method
 
-    def shared_backbone(self) -> str:
-        """Name of the shared backbone method for this task: ``zero_shot_backbone`` when
-        ``task.spec.zero_shot``, else ``default_backbone``."""
-        return self.zero_shot_backbone if self.task.spec.zero_shot else self.default_backbone
-
     def _owned_modules(self) -> dict[str, nn.Module]:
         # CountedNetwork wrappers only view a module held under another attribute
         return {k: v for k, v in vars(self).items()
@@ -249,8 +228,6 @@ class Method(ABC):
         the runner asked for them (``RunContext.partial_path``/``checkpoint_every``), with
         the fit's random ``generators``, extra ``modules`` (EMA) and running ``values``;
         None outside a run or when disabled."""
-        from pcgbench.training import Resume
-
         ctx = self.context
         if not ctx.partial_path or ctx.checkpoint_every <= 0:
             return None

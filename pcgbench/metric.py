@@ -6,8 +6,10 @@ A metric compares generated samples with reference samples, both in physical uni
 
 from __future__ import annotations
 
+import contextlib
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -52,3 +54,37 @@ class Metric(ABC):
 NONNEGATIVE: tuple[float, float] = (0.0, math.inf)
 JS_NATS: tuple[float, float] = (0.0, math.log(2.0))
 UNIT: tuple[float, float] = (0.0, 1.0)
+
+
+# -- results shared by the metrics of one evaluation ---------------------------------------
+#: results shared by the metrics of one evaluation (:func:`sharing`); None outside one
+_SHARED: dict[tuple, tuple[tuple[torch.Tensor, ...], tuple[int, ...], Any]] | None = None
+
+
+@contextlib.contextmanager
+def sharing() -> Iterator[None]:
+    """Within this block, :func:`shared` computes each result once for the same tensor
+    objects (the runner's ``evaluate``: every metric gets the same two tensors, so the
+    finite-row masks and float64 copies are not recomputed per metric)."""
+    global _SHARED
+    previous, _SHARED = _SHARED, {}
+    try:
+        yield
+    finally:
+        _SHARED = previous
+
+
+def shared(name: str, tensors: tuple[torch.Tensor, ...], compute: Callable[[], Any]) -> Any:
+    """``compute()``, reused inside :func:`sharing` while ``tensors`` are the same objects,
+    unchanged in place (their ``_version``); computed afresh outside it."""
+    if _SHARED is None:
+        return compute()
+    key = (name, *(id(t) for t in tensors))
+    versions = tuple(t._version for t in tensors)
+    hit = _SHARED.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], tensors, strict=True)) \
+            and hit[1] == versions:
+        return hit[2]
+    value = compute()
+    _SHARED[key] = (tensors, versions, value)  # holds the tensors: ids stay unique
+    return value

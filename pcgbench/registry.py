@@ -220,4 +220,4 @@ def load_plugin(module: str) -> None:
         raise PcgError(f"--plugin {module!r} failed on import: {type(exc).__name__}: "
                        f"{_first_line(exc)}") from exc
 
-STUDIES: Registry = Registry("study", "pcgbench.studies", ("pcgbench.studies",))
+STUDIES: Registry = Registry("study", "pcgbench.paper.studies", ("pcgbench.paper.studies",))

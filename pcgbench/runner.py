@@ -34,8 +34,8 @@ from pcgbench.log import logger
 from pcgbench.method import FitStats, Method, RunContext, method_lineage
 from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
+from pcgbench.paper.protocol import protocol_for, protocol_overrides
 from pcgbench.presets import check_preset
-from pcgbench.protocol import protocol_for, protocol_overrides
 from pcgbench.registry import METHODS, METRICS, TASKS
 from pcgbench.storage import (
     atomic_write,
@@ -489,8 +489,8 @@ def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
     """Every metric of ``task`` on ``samples`` vs ``reference`` (+ the non-finite and
     blow-up fractions); a metric that raises or returns anything but an in-range number
     is a one-line :class:`PcgError` naming it."""
-    from pcgbench.metrics import blowup_fraction, nonfinite_fraction
-    from pcgbench.metrics.distribution import sharing
+    from pcgbench.metric import sharing
+    from pcgbench.sample_health import blowup_fraction, nonfinite_fraction
 
     ctx = MetricContext(task=task, cond=cond, reference_cond=reference_cond)
     out: dict[str, float | None] = {}
@@ -626,7 +626,7 @@ def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
         return "diverged", f"{frac:.1%} of the samples are non-finite"
     blown = metrics.get("blowup_fraction")
     if blown is not None and blown > 0:
-        from pcgbench.metrics.distribution import BLOWUP_FACTOR
+        from pcgbench.sample_health import BLOWUP_FACTOR
 
         return "diverged", (f"{blown:.1%} of the samples blew up (|x| > {BLOWUP_FACTOR:g} x "
                             "the test data's largest magnitude)")

@@ -20,12 +20,12 @@ import numpy as np
 import torch
 
 from pcgbench.errors import PcgError
+from pcgbench.fields import SPLITS, FieldData, TaskSpec  # noqa: F401 - re-exported
 from pcgbench.presets import check_preset, data_preset
 
 if TYPE_CHECKING:
     from pcgbench.charts.base import Chart
 
-SPLITS = ("train", "val", "test")
 #: the seed of the training rows drawn as the data reference (:meth:`Task.data_reference`)
 REFERENCE_SEED = 20261127
 #: test-sized training draws averaged into such a floor: WD pools the correlated pixel
@@ -40,56 +40,6 @@ PRESET_REGIME = {
     "gpu": "gpu preset: the cpu preset's grids and data, a longer training budget",
     "paper": "paper preset: the paper's grids and budgets",
 }
-
-
-@dataclass(frozen=True)
-class FieldData:
-    """A split of a task: fields ``x`` [N, C, *spatial] in physical units, conditions
-    ``cond`` [N, d] (``None`` for unconditional tasks)."""
-
-    x: torch.Tensor
-    cond: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        return int(self.x.shape[0])
-
-    def subset(self, idx: torch.Tensor | slice) -> FieldData:
-        return FieldData(self.x[idx], None if self.cond is None else self.cond[idx])
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Shapes and names a method needs to build its networks."""
-
-    name: str
-    field_shape: tuple[int, ...]  # (C, *spatial)
-    channel_names: tuple[str, ...]
-    cond_dim: int = 0  # 0: unconditional
-    #: ``cond`` is constraint data only (e.g. the prescribed IC/BC values of a zero-shot
-    #: constrained-generation protocol): the shared flow backbones are trained without
-    #: it and the sampling-time methods impose it through the task's constraints
-    zero_shot: bool = False
-    #: > 0: field-shaped conditions, ``FieldData.cond`` is [N, cond_channels, *spatial]
-    #: (e.g. an upsampled observation); the shared backbones concatenate them to their
-    #: input channels (:func:`pcgbench.backbones.field_backbone`); ``cond_dim`` is then 0
-    cond_channels: int = 0
-
-    @property
-    def channels(self) -> int:
-        return self.field_shape[0]
-
-    @property
-    def unconditional(self) -> bool:
-        """No condition at all: neither a vector ``cond`` nor a field-shaped one."""
-        return self.cond_dim == 0 and self.cond_channels == 0
-
-    @property
-    def spatial_shape(self) -> tuple[int, ...]:
-        return self.field_shape[1:]
-
-    @property
-    def spatial_dims(self) -> int:
-        return len(self.field_shape) - 1
 
 
 class Normalizer:
@@ -325,6 +275,9 @@ class Task(ABC):
     #: channels that form a velocity vector (the ``spectrum`` metric's energy spectrum
     #: uses only these); None = every channel
     velocity_channels: ClassVar[tuple[int, ...] | None] = None
+    #: the moment metrics (mmse, smse) per group of rows with equal conditions, averaged
+    #: over groups (the constrained-PDE suite: several test rows per condition)
+    group_statistics_by_cond: ClassVar[bool] = False
     #: how fields are normalized for training (``NORMALIZERS``): "channel" (per-channel
     #: standardization) or "mean_mode" (the spatial mean scaled separately)
     normalizer_kind: ClassVar[str] = "channel"
@@ -441,6 +394,17 @@ class Task(ABC):
     # -- optional hooks ---------------------------------------------------------------
     def constraints(self) -> Mapping[str, Constraint]:
         return {}
+
+    def residual_spectral(self, x: torch.Tensor, cond: torch.Tensor | None = None
+                          ) -> torch.Tensor:
+        """A spectral (Fourier) evaluator residual beside ``residual`` (the ``re_spectral``
+        metric; not applicable where a task does not override it)."""
+        raise NotImplementedError(f"task {self.name!r} has no spectral residual")
+
+    def observed_mask(self, cond: torch.Tensor) -> torch.Tensor:
+        """Reconstruction tasks: True at the grid points a condition observes
+        (``[N, 1, *spatial]``; the ``missing_rmse`` metric; not applicable elsewhere)."""
+        raise NotImplementedError(f"task {self.name!r} observes no points")
 
     def charts(self) -> Mapping[str, Callable[[], Chart]]:
         """Named factories of feasible parameterizations (first = default)."""
@@ -560,3 +524,10 @@ class Task(ABC):
 
     def params_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self.params)
+
+
+def implements(task: object, hook: str) -> bool:
+    """Whether ``task`` overrides the optional :class:`Task` hook ``hook`` (whose default
+    means "not applicable"); duck-typed test doubles count when they define it."""
+    impl = getattr(type(task), hook, None)
+    return impl is not None and impl is not getattr(Task, hook, None)

@@ -120,3 +120,18 @@ def peak_memory_mb(device: torch.device) -> tuple[float, str]:
             return max(rss - _rss_baseline, 0) / 1024, "cpu_rss_delta_now"
         return max(max(hwm, rss) - _rss_baseline, 0) / 1024, "cpu_peak_rss_delta"
     return peak_rss_mb(), "process_peak_rss"
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Bytes free on ``device``: CUDA's ``mem_get_info``; on the CPU, Linux's
+    MemAvailable (None where neither is known)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

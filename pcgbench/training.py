@@ -6,102 +6,16 @@ from __future__ import annotations
 import copy
 import math
 import time
-import warnings
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 from tqdm.auto import tqdm
 
-from pcgbench.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pcgbench.errors import TrainingDiverged
+from pcgbench.fitstate import FitStats, Resume  # noqa: F401 - Resume re-exported
 from pcgbench.log import logger
-from pcgbench.method import FitStats
 from pcgbench.termination import until_terminated
 from pcgbench.timing import synchronize
-
-_RESUME_KEYS = {"params", "opt", "generators", "modules", "values", "rng"}
-
-
-def _restore_in_place(target: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Saved running values into ``target``, keeping the identity of nested dicts and
-    lists (a fit's closures hold references to them)."""
-    for k in list(target):
-        if k not in saved:
-            del target[k]
-    for k, v in saved.items():
-        cur = target.get(k)
-        if isinstance(cur, dict) and isinstance(v, dict):
-            _restore_in_place(cur, v)
-        elif isinstance(cur, list) and isinstance(v, list):
-            cur[:] = v
-        else:
-            target[k] = v
-
-
-@dataclass
-class Resume:
-    """Where and how often ``train_loop`` writes its partial state (a verified checkpoint,
-    written atomically), and what besides the parameters and the optimizer a fit needs to
-    continue bit for bit: its random generators, extra modules (an EMA copy) and a dict of
-    running values (restored in place).  The global torch RNG is always included."""
-
-    path: Path
-    every: int
-    generators: Sequence[torch.Generator] = ()
-    modules: Sequence[torch.nn.Module] = ()
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def save(self, step: int, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer,
-             stats: FitStats) -> None:
-        rng = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available() and any(p.is_cuda for p in params):
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        state = {"params": [p.detach().clone() for p in params], "opt": opt.state_dict(),
-                 "generators": [g.get_state() for g in self.generators],
-                 "modules": [m.state_dict() for m in self.modules],
-                 "values": dict(self.values), "rng": rng}
-        fit = {"step": step, "losses": list(stats.losses),
-               "update_seconds": list(stats.update_seconds)}
-        save_checkpoint(self.path, state, fit)
-
-    def restore(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer,
-                stats: FitStats, device: torch.device) -> int:
-        """The first update still to run (0 without a usable partial checkpoint; one that
-        fails verification or does not match this fit is warned about and ignored)."""
-        if not self.path.exists():
-            return 0
-        try:
-            state, fit = load_checkpoint(self.path, device, _RESUME_KEYS)
-            saved = state["params"]
-            if len(saved) != len(params) or any(
-                    a.shape != b.shape for a, b in zip(saved, params, strict=True)):
-                raise CheckpointError("parameter shapes differ from this fit's")
-            if len(state["generators"]) != len(self.generators) or len(
-                    state["modules"]) != len(self.modules):
-                raise CheckpointError("generators/modules differ from this fit's")
-        except CheckpointError as exc:
-            warnings.warn(f"partial checkpoint {self.path} not used ({exc}); "
-                          "training from the start", stacklevel=3)
-            return 0
-        with torch.no_grad():
-            for p, v in zip(params, saved, strict=True):
-                p.copy_(v)
-        opt.load_state_dict(state["opt"])
-        for g, s in zip(self.generators, state["generators"], strict=True):
-            g.set_state(s.cpu())
-        for m, s in zip(self.modules, state["modules"], strict=True):
-            m.load_state_dict(s)
-        _restore_in_place(self.values, state["values"])
-        torch.set_rng_state(state["rng"]["cpu"].cpu())
-        if "cuda" in state["rng"]:
-            torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
-        stats.losses[:] = fit["losses"]
-        stats.update_seconds[:] = fit["update_seconds"]
-        return int(fit["step"]) + 1
-
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
 

@@ -7,8 +7,6 @@ from pcgbench.tasks import (  # noqa: F401
     darcy,
     dynamic_stall,
     heat,
-    hit_forecasting,
-    hit_reconstruction,
     kf_generation,
     kf_reconstruction,
     kolmogorov,
@@ -16,3 +14,4 @@ from pcgbench.tasks import (  # noqa: F401
     reaction_diffusion_ic,
     turbulence_mass_transfer,
 )
+from pcgbench.tasks.hit import forecasting, reconstruction  # noqa: F401

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from pcgbench.errors import PcgError
+from pcgbench.fields import COND_TOL
 
 
 def split_file(path: Path, split: str) -> Path:
@@ -131,9 +132,7 @@ def condition_groups(cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def unmatched_groups(test_cond: torch.Tensor, val_cond: torch.Tensor) -> int:
     """How many condition groups of the test rows have no val row with their condition
-    (the per-condition metrics' tolerance, :data:`pcgbench.metrics.moments.COND_TOL`)."""
-    from pcgbench.metrics.moments import COND_TOL
-
+    (the per-condition metrics' tolerance, :data:`pcgbench.fields.COND_TOL`)."""
     keys = condition_groups(test_cond)[0].to(torch.float64)
     vkeys = condition_groups(val_cond)[0].to(torch.float64)
     if vkeys.shape[1] != keys.shape[1]:

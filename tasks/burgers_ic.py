@@ -37,7 +37,6 @@ from pcgbench.charts import Chart, GaussNewtonChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.solvers.godunov import interior_step
 from pcgbench.task import Constraint
 from pcgbench.tasks._burgers_suite import (
     GN_BACKTRACK,
@@ -49,9 +48,10 @@ from pcgbench.tasks._burgers_suite import (
     godunov_constraint,
     mass_constraint,
 )
+from pcgbench.tasks._burgers_suite.solver import interior_step
 
 if TYPE_CHECKING:
-    from pcgbench.preconditioning import Geometry
+    from pcgbench.charts.geometry import Geometry
 
 
 def _ic_residual(x: Tensor, cond: Tensor | None) -> Tensor:
@@ -83,7 +83,7 @@ class InitialRowChart(Chart):
         return _ic_residual(x, cond)
 
     def exact_geometry(self, mu: Tensor | None = None) -> Geometry | None:
-        from pcgbench.preconditioning import DiagonalGeometry
+        from pcgbench.charts.geometry import DiagonalGeometry
 
         w = torch.as_tensor(self.metric_weights(), dtype=torch.float64)
         return DiagonalGeometry(w.expand(self.field_shape)[:, 1:].sqrt().clone(), mu)

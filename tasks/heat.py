@@ -52,8 +52,8 @@ import torch
 
 from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.errors import PcgError
+from pcgbench.numerics.finite_difference import time_derivative
 from pcgbench.registry import TASKS
-from pcgbench.solvers.fisher_kpp import time_derivative
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 
 
@@ -127,10 +127,6 @@ class HeatTask(Task):
     description = "1-D heat u=sin(x+phi)exp(-nu t), IC + conservation constraints (PCFM suite)"
     metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")
     group_statistics_by_cond: ClassVar[bool] = True
-    ffm_prior: ClassVar[str] = "matern12"
-    #: PCFM's FFM default kernel length on the unit-square (t, x) grid (its configs are
-    #: not published)
-    ffm_length_scale: ClassVar[float] = 0.001
 
     @classmethod
     def params_for(cls, preset: str) -> HeatParams:

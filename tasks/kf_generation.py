@@ -46,8 +46,8 @@ from pcgbench.charts import Chart, StreamfunctionChart2D
 from pcgbench.charts.streamfunction import spectral_wavenumbers
 from pcgbench.errors import PcgError
 from pcgbench.log import generating
+from pcgbench.numerics.spectral2d import wavenumbers
 from pcgbench.registry import TASKS
-from pcgbench.solvers.kolmogorov2d import wavenumbers
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.kolmogorov import energy_drift, simulate_snapshots, spectral_divergence
 

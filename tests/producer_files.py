@@ -55,8 +55,8 @@ def pdebench_burgers_fixture(out: Path) -> Path:
     the paper split's rows [0, 64), [1000, 1016), [1500, 1516) solved by our IF-RK4 solver
     at PDEBench's effective viscosity epsilon/pi on 256 points and cell-averaged to 128
     (finite-volume cell averages, as PDEBench's data)."""
-    from pcgbench.solvers.burgers1d import cell_average, solve_burgers
     from pcgbench.tasks.burgers import sample_initial_conditions
+    from pcgbench.tasks.burgers.solver import cell_average, solve_burgers
 
     task = TASKS.get("burgers")("smoke", progress=False)
     eps, it_tot, nx = 0.001, 21, 128
@@ -121,7 +121,7 @@ def pcfm_rd(out: Path, filename: str, split: str) -> Path:
     the flux pairs: those of our smoke ``split`` (test: its fixed ICs with the first
     group's fluxes, shared by all ICs as PCFM's are); trajectories: our Fisher-KPP
     solver."""
-    from pcgbench.solvers import fisher_kpp as fk
+    from pcgbench.tasks.reaction_diffusion_ic import solver as fk
 
     task = TASKS.get("reaction_diffusion_ic")("smoke", progress=False)
     p = task.params
@@ -251,8 +251,13 @@ def pbfm_dynamic_stall(out: Path, n_train: int = 4, n_test: int = 2, stat: int =
     our surrogate, ``stat`` realizations per nominal condition."""
     import dataclasses
 
-    from pcgbench.solvers.dynamic_stall import COND_HI, COND_LO, sample_conditions, surface_fields
     from pcgbench.tasks.dynamic_stall import PBFM_COND_MAX, PBFM_COND_MIN
+    from pcgbench.tasks.dynamic_stall.solver import (
+        COND_HI,
+        COND_LO,
+        sample_conditions,
+        surface_fields,
+    )
 
     base = TASKS.get("dynamic_stall").params_for("smoke")
     task = TASKS.get("dynamic_stall")("smoke", progress=False, params=dataclasses.replace(

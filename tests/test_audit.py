@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pcgbench.audit import (
+from pcgbench.benchrecords import write_benchmark_record
+from pcgbench.cli import main
+from pcgbench.paper.audit import (
     MULTISTEP,
     Claim,
     audit_rows,
@@ -17,8 +19,6 @@ from pcgbench.audit import (
     normalize_quote,
     regime_notes,
 )
-from pcgbench.benchrecords import write_benchmark_record
-from pcgbench.cli import main
 from pcgbench.registry import METHODS, TASKS
 
 PAPER = Path("/work/shared/paper/pmosfm_paper.tex")

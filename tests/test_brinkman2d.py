@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.solvers.brinkman2d import (
+from pcgbench.tasks.turbulence_mass_transfer.solver import (
     BrinkmanSolver,
     TMTConfig,
     generate,

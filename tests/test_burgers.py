@@ -14,13 +14,13 @@ import torch
 from pcgbench.datacache import cache_path
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.solvers.burgers1d import (
+from pcgbench.tasks.burgers import BurgersICChart, BurgersParams, BurgersTask
+from pcgbench.tasks.burgers.solver import (
     cell_average,
     fourier_resample,
     solve_burgers,
     spectral_derivative,
 )
-from pcgbench.tasks.burgers import BurgersICChart, BurgersParams, BurgersTask
 
 
 def cole_hopf(x: torch.Tensor, t: torch.Tensor, nu: float, a1: float = 0.5, k: int = 1):

@@ -12,8 +12,8 @@ import torch
 from pcgbench.datacache import cache_path
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.solvers import darcy2d
 from pcgbench.tasks.darcy import DarcyTask
+from pcgbench.tasks.darcy import solver as darcy2d
 
 
 @pytest.fixture(scope="module")
@@ -276,8 +276,8 @@ def test_banded_direct_solve_matches_superlu_and_is_the_cg_decoders_limit(tmp_pa
     with K; decode_exact satisfies the encoded FV residual to round-off."""
     import numpy as np
 
-    from pcgbench.solvers import darcy2d
     from pcgbench.tasks.darcy import DarcyTask
+    from pcgbench.tasks.darcy import solver as darcy2d
 
     rng = np.random.default_rng(0)
     n = 16

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pcgbench.solvers import darcy2d
+from pcgbench.tasks.darcy import solver as darcy2d
 
 
 def _fields(n: int, b: int, seed: int = 0) -> torch.Tensor:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.solvers import dynamic_stall as ds
+from pcgbench.tasks.dynamic_stall import solver as ds
 
 ATTACHED = [0.3, 5.0, 5.0, 0.05]  # alpha in [0, 10] deg, below alpha1 = 15.25 deg
 DEEP = [0.5, 10.0, 10.0, 0.1]  # alpha up to 20 deg, alpha1 = 10.5 deg at M = 0.5

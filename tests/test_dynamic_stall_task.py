@@ -19,8 +19,8 @@ def task(tmp_path_factory):
 
 
 def test_it_says_it_is_a_surrogate():
-    from pcgbench.solvers import dynamic_stall as solver
     from pcgbench.tasks import dynamic_stall as mod
+    from pcgbench.tasks.dynamic_stall import solver as solver
 
     cls = TASKS.get("dynamic_stall")
     assert "SURROGATE" in cls.description and "SURROGATE" in (mod.__doc__ or "")
@@ -56,7 +56,7 @@ def test_closures_hold_on_the_data_and_constraints_vanish(task):
 
 def test_lab_frame_rotation_keeps_the_closures_exact(task):
     """In float64 before storage: the rotated gradient and direction give residual 0."""
-    from pcgbench.solvers.dynamic_stall import sample_conditions, surface_fields
+    from pcgbench.tasks.dynamic_stall.solver import sample_conditions, surface_fields
 
     cond = sample_conditions(2, np.random.default_rng(0))
     raw = torch.from_numpy(surface_fields(cond, 16, 16))
@@ -92,7 +92,7 @@ def test_pbfm_file_layout_loads(tmp_path, task):
 
 
 def test_paper_rows_are_found():
-    from pcgbench.leaderboard.reported import reported_table
+    from pcgbench.paper.reported import reported_table
 
     rows = reported_table(TASKS.get("dynamic_stall").paper_benchmark)
     assert rows.loc["re", "PMosFM"] == pytest.approx(4.21e-08)

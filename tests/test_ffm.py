@@ -19,6 +19,7 @@ from pcgbench.errors import PcgError
 from pcgbench.method import RunContext
 from pcgbench.methods.ffm import (
     FFM,
+    TASK_PRIORS,
     GaussianProcessPrior,
     exponential_cholesky,
     exponential_covariance,
@@ -49,8 +50,6 @@ class ToyHeat(Task):
     Params = ToyParams
     metrics = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd")
     group_statistics_by_cond: ClassVar[bool] = True
-    ffm_prior: ClassVar[str] = "matern12"
-    ffm_length_scale: ClassVar[float] = 0.2
 
     @classmethod
     def params_for(cls, preset: str) -> ToyParams:
@@ -92,6 +91,14 @@ class ToyHeat(Task):
             return mass[:, 1:] - mass[:, :1]
 
         return {"ic": Constraint("ic", ic, linear=True), "cl": Constraint("cl", cl, linear=True)}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def toy_prior():
+    """The toy task's FFM prior, as the suite's tasks have theirs in ``TASK_PRIORS``."""
+    TASK_PRIORS[TOY] = ("matern12", 0.2)
+    yield
+    del TASK_PRIORS[TOY]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pcgbench.methods._flow import bshape, ema_update, euler_solve
+from pcgbench.methods._flow import CondOTPath, bshape, ema_update, euler_solve
 
 
 def test_euler_solve_closed_forms():
@@ -20,6 +20,24 @@ def test_euler_solve_closed_forms():
     # u = x: (1 + 1/n)^n growth
     exp = euler_solve(lambda x, t, c: x, x0, steps=n)
     torch.testing.assert_close(exp, x0 * (1 + 1 / n) ** n)
+
+
+def test_cond_ot_path_ends_and_velocity():
+    """x_0 = x0, x_1 = x1, and the target is the path's time derivative (one Euler step of
+    it from any t lands on x1: the path is a straight line)."""
+    gen = torch.Generator().manual_seed(0)
+    x0, x1 = (torch.randn(4, 2, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    path = CondOTPath()
+    start, _ = path.sample(x0, x1, torch.zeros(4, 1, dtype=torch.float64))
+    end, target = path.sample(x0, x1, torch.ones(4))
+    torch.testing.assert_close(start, x0)
+    torch.testing.assert_close(end, x1)
+    t = torch.rand(4, 1, generator=gen, dtype=torch.float64)
+    xt, target = path.sample(x0, x1, t)
+    torch.testing.assert_close(xt + (1 - bshape(t, 3)) * target, x1)
+    h = 1e-6
+    ahead, _ = path.sample(x0, x1, t + h)
+    torch.testing.assert_close((ahead - xt) / h, target, rtol=1e-6, atol=1e-6)
 
 
 def test_euler_solve_passes_the_condition():

@@ -49,7 +49,7 @@ def test_every_method_at_gpu_is_its_cpu_config_trained_longer(name):
 
 
 def test_run_without_preset_picks_gpu_where_cuda_resolves(monkeypatch, capsys):
-    from pcgbench.cli import _default_preset
+    from pcgbench.cli._common import default_preset as _default_preset
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert default_preset("auto")[0] == "cpu"

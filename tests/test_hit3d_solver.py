@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.solvers.hit3d import (
+from pcgbench.tasks.hit.solver import (
     HITConfig,
     HITSolver,
     random_solenoidal_field,

@@ -12,8 +12,8 @@ import torch
 from pcgbench.errors import PcgError
 from pcgbench.metric import MetricContext
 from pcgbench.registry import METHODS, METRICS, TASKS
-from pcgbench.tasks._hit import spectral_divergence
-from pcgbench.tasks.hit_reconstruction import point_mask
+from pcgbench.tasks.hit import spectral_divergence
+from pcgbench.tasks.hit.reconstruction import point_mask
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_external_file_loader(tmp_path, fc, layout):
 
 
 def test_paper_rows_are_found():
-    from pcgbench.leaderboard.reported import reported_table
+    from pcgbench.paper.reported import reported_table
 
     fc_rows = reported_table(TASKS.get("hit_forecasting").paper_benchmark)
     assert fc_rows.loc["recon_mse", "PMosFM"] == pytest.approx(0.005359)
@@ -209,8 +209,8 @@ def test_turbulence_has_the_teardrop_and_a_gaussian_field_does_not(tmp_path):
     import dataclasses
 
     from pcgbench.metrics.velocity_gradient import plot_qr, qr_histogram
-    from pcgbench.solvers.hit3d import random_solenoidal_field
-    from pcgbench.tasks._hit import HITFlowParams, simulate_trajectory
+    from pcgbench.tasks.hit import HITFlowParams, simulate_trajectory
+    from pcgbench.tasks.hit.solver import random_solenoidal_field
 
     p = dataclasses.replace(HITFlowParams(), n=16, n_solver=16, spinup_turnovers=3.0,
                             n_frames=6, frame_dt=2.0)
@@ -228,7 +228,7 @@ def test_rollout_chains_forecasts_through_the_window(fc):
     """With the exact one-frame map (a lookup of the true next frame), the rollout
     reproduces the trajectory: each window drops its oldest frame and appends the
     forecast."""
-    from pcgbench.tasks.hit_forecasting import rollout
+    from pcgbench.tasks.hit.forecasting import rollout
 
     frames = fc.frames()
     flat = {tuple(frames[i].flatten()[:8].tolist()): i for i in range(len(frames))}

@@ -42,12 +42,13 @@ def test_a_second_checkout_runs_its_own_sub_packages(tmp_path):
 
     copy = tmp_path / "other"
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("pcgbench", "tasks", "methods", "metrics", "leaderboard"):
+    for folder in ("pcgbench", "tasks", "methods", "metrics", "leaderboard", "paper"):
         shutil.copytree(ROOT / folder, copy / folder, ignore=skip)
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
     probe = ("import pcgbench, pcgbench.methods.fm_ot as m, pcgbench.tasks as t, "
-             "pcgbench.metrics as me, pcgbench.leaderboard as lb; "
-             "print(pcgbench.__file__, m.__file__, t.__file__, me.__file__, lb.__file__)")
+             "pcgbench.metrics as me, pcgbench.leaderboard as lb, pcgbench.paper as pa; "
+             "print(pcgbench.__file__, m.__file__, t.__file__, me.__file__, lb.__file__, "
+             "pa.__file__)")
     res = subprocess.run([sys.executable, "-c", probe], cwd=copy, capture_output=True,
                          text=True, timeout=300, env={"PATH": "/usr/bin:/bin",
                                                       "OMP_NUM_THREADS": "1"})

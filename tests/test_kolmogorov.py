@@ -13,8 +13,8 @@ import torch
 
 from pcgbench.datacache import cache_path
 from pcgbench.errors import PcgError
+from pcgbench.numerics.spectral2d import fourier_truncate
 from pcgbench.registry import TASKS
-from pcgbench.solvers.kolmogorov2d import KolmogorovSolver, fourier_truncate
 from pcgbench.tasks.kolmogorov import (
     KolmogorovParams,
     KolmogorovTask,
@@ -24,6 +24,7 @@ from pcgbench.tasks.kolmogorov import (
     re_to_cond,
     spectral_divergence,
 )
+from pcgbench.tasks.kolmogorov.solver import KolmogorovSolver
 
 TINY = KolmogorovParams(n=8, n_solver=16, n_re_train=2, n_re_test=1, traj_train=2,
                         snaps_train=2, traj_val=1, snaps_val=1, traj_test=1, snaps_test=2,

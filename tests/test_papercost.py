@@ -1,13 +1,13 @@
-"""The paper-scale cost table (pcgbench.papercost): the paper's matrix, merging rows, and
+"""The paper-scale cost table (pcgbench.paper.cost): the paper's matrix, merging rows, and
 the sweep's dry-run price."""
 
 from __future__ import annotations
 
 import math
 
-from pcgbench import papercost
 from pcgbench.cli import main
-from pcgbench.papercost import CostRow
+from pcgbench.paper import cost as papercost
+from pcgbench.paper.cost import CostRow
 
 
 def _row(task, method, kind="cuda", hours=2.0, preset="paper"):

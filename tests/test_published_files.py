@@ -293,7 +293,7 @@ def test_gen4turbulence_hit(tmp_path: Path, cache: Path) -> None:
     assert _re(task, test) <= 2 * _re(own, own.dataset("test")) + 1e-12
     assert _ce(task, test, "divergence") < 1e-5
     # four frames: [4, 4, n, n, n] fits both readings; the divergence decides
-    from pcgbench.tasks._hit import load_frames
+    from pcgbench.tasks.hit import load_frames
 
     short = pf.gen4turbulence_hit(tmp_path, frames[:4])
     assert torch.equal(load_frames(short), torch.from_numpy(frames[:4]))

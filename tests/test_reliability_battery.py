@@ -539,7 +539,7 @@ def test_15_the_recorded_s_per_update_gives_the_estimate(recorded, capsys):
 
 def test_15_default_configs_are_within_their_bounds():
     from pcgbench.config import apply_overrides, check_config
-    from pcgbench.protocol import protocol_overrides
+    from pcgbench.paper.protocol import protocol_overrides
 
     for m in METHODS.names():
         cls = METHODS.get(m)

@@ -12,8 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
+from pcgbench.leaderboard.report import axis_names, build_report, plane, task_section
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.report import axis_names, build_report, plane, task_section
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -37,7 +37,7 @@ def test_axis_names_and_planes():
 
 
 def test_spectrum_reads_the_channel_it_is_asked_for():
-    from pcgbench.report import _spectrum
+    from pcgbench.leaderboard.report import _spectrum
 
     x = np.linspace(0, 2 * np.pi, 32, endpoint=False)
     a = np.zeros((3, 2, 32, 32))
@@ -53,7 +53,7 @@ def _solenoidal(n: int, k: int, seed: int) -> np.ndarray:
     """``[n, 4, k, k, k]``: random divergence-free velocities (u, v, w) and a pressure."""
     import torch
 
-    from pcgbench.solvers.hit3d import random_solenoidal_field
+    from pcgbench.tasks.hit.solver import random_solenoidal_field
 
     u = random_solenoidal_field(k, n, 2.0, 1.0, torch.Generator().manual_seed(seed))
     p = torch.zeros(n, 1, k, k, k, dtype=u.dtype)

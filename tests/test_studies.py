@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from pcgbench.paper.studies import conditioning as cond
+from pcgbench.paper.studies import ellipse as ell
 from pcgbench.registry import STUDIES
-from pcgbench.studies import conditioning as cond
-from pcgbench.studies import ellipse as ell
 
 
 @pytest.fixture(scope="module")

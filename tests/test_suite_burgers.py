@@ -17,7 +17,8 @@ from pcgbench.charts import AffineNullSpaceChart, decoder_certificates
 from pcgbench.errors import PcgError
 from pcgbench.registry import METRICS
 from pcgbench.runner import RunOptions, run
-from pcgbench.solvers.godunov import (
+from pcgbench.tasks._burgers_suite import generate_trajectories, suite_params
+from pcgbench.tasks._burgers_suite.solver import (
     burgers_flux,
     check_cfl,
     godunov_flux,
@@ -27,7 +28,6 @@ from pcgbench.solvers.godunov import (
     solve_zero_flux,
     update_residual,
 )
-from pcgbench.tasks._burgers_suite import generate_trajectories, suite_params
 from pcgbench.tasks.burgers_bc import BurgersBCTask
 from pcgbench.tasks.burgers_ic import BurgersICTask
 

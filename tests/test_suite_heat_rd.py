@@ -14,9 +14,9 @@ import torch
 from pcgbench.charts import decoder_certificates
 from pcgbench.registry import METRICS
 from pcgbench.runner import RunOptions, run
-from pcgbench.solvers import fisher_kpp as fk
 from pcgbench.tasks.heat import HeatTask, heat_residual
 from pcgbench.tasks.reaction_diffusion_ic import ReactionDiffusionICTask
+from pcgbench.tasks.reaction_diffusion_ic import solver as fk
 
 RHO, NU = 0.01, 0.005
 

@@ -12,7 +12,8 @@ import torch
 
 from pcgbench.registry import METRICS
 from pcgbench.runner import RunOptions, run
-from pcgbench.solvers.ns2d_cn import (
+from pcgbench.tasks.navier_stokes import NavierStokesTask, fit_forcing_phase
+from pcgbench.tasks.navier_stokes.solver import (
     FORCING_AMPLITUDE,
     NavierStokesCN,
     gaussian_random_field,
@@ -20,7 +21,6 @@ from pcgbench.solvers.ns2d_cn import (
     sinusoidal_forcing,
     snapshot_residual,
 )
-from pcgbench.tasks.navier_stokes import NavierStokesTask, fit_forcing_phase
 
 F64 = torch.float64
 

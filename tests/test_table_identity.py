@@ -122,7 +122,7 @@ def test_every_format_says_what_its_data_are(tmp_path, monkeypatch, capsys):
 
 
 def test_the_html_report_says_what_its_data_are():
-    from pcgbench.report import task_section
+    from pcgbench.leaderboard.report import task_section
 
     cols = {"fm_ot": [_rec(task="dynamic_stall")]}
     html = task_section("dynamic_stall", "cpu", cols, cols["fm_ot"])

@@ -9,20 +9,14 @@ random draws are those PMosFM had before objectives were pluggable, so the defau
 from __future__ import annotations
 
 import statistics
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from pcgbench.methods._flow import bshape
 from pcgbench.methods.onestep.base import OneStepObjective
-from pcgbench.methods.pmosfm import PMosFM, clipped_sum
-
-
-class Losses(NamedTuple):
-    fm: Tensor
-    pe: Tensor | None
-    spread: Tensor | None
+from pcgbench.methods.pmosfm import Losses, PMosFM, clipped_sum
 
 
 class NativeObjective(OneStepObjective):

@@ -12,7 +12,7 @@ from pcgbench.charts.base import Chart, Cond
 from pcgbench.errors import PcgError
 
 if TYPE_CHECKING:
-    from pcgbench.preconditioning import Geometry
+    from pcgbench.charts.geometry import Geometry
 
 BFn = Callable[[Tensor | None], Tensor]
 
@@ -120,7 +120,7 @@ class AffineNullSpaceChart(Chart):
         return xf @ self.A.to(xf).T - self._b(cond, xf)
 
     def exact_geometry(self, mu: Tensor | None = None) -> Geometry | None:
-        from pcgbench.preconditioning import IdentityGeometry
+        from pcgbench.charts.geometry import IdentityGeometry
 
         return IdentityGeometry(mu) if self.orthonormal else None
 
@@ -177,7 +177,7 @@ class MaskedValueChart(Chart):
         return xf[:, self.fixed_idx] - self._fixed(cond, xf)
 
     def exact_geometry(self, mu: Tensor | None = None) -> Geometry | None:
-        from pcgbench.preconditioning import DiagonalGeometry, IdentityGeometry
+        from pcgbench.charts.geometry import DiagonalGeometry, IdentityGeometry
 
         if self.metric_w is None and self._w_scalar == 1.0:
             return IdentityGeometry(mu)

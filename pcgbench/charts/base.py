@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from pcgbench.errors import PcgError
 
 if TYPE_CHECKING:
-    from pcgbench.preconditioning import Geometry
+    from pcgbench.charts.geometry import Geometry
 
 Cond = Tensor | None
 

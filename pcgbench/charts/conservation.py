@@ -13,7 +13,7 @@ from pcgbench.charts.base import Chart, Cond
 from pcgbench.errors import PcgError
 
 if TYPE_CHECKING:
-    from pcgbench.preconditioning import Geometry
+    from pcgbench.charts.geometry import Geometry
 
 TargetFn = Callable[[Tensor | None], Tensor]
 
@@ -143,7 +143,7 @@ class MeanFreeChart(Chart):
     def exact_geometry(self, mu: Tensor | None = None) -> Geometry | None:
         """sqrt(w) when M is constant along the reduced dims and the reference slice is
         not free (G = w I on the mean-free domain); ``None`` otherwise."""
-        from pcgbench.preconditioning import DiagonalGeometry, IdentityGeometry
+        from pcgbench.charts.geometry import DiagonalGeometry, IdentityGeometry
 
         if self.ref is not None and self.ref_fn is None:
             return None

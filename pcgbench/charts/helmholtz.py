@@ -14,7 +14,7 @@ from pcgbench.charts.streamfunction import channel_weights, spectral_wavenumbers
 from pcgbench.errors import PcgError
 
 if TYPE_CHECKING:
-    from pcgbench.preconditioning import Geometry
+    from pcgbench.charts.geometry import Geometry
 
 
 class HelmholtzChart(Chart):
@@ -85,7 +85,7 @@ class HelmholtzChart(Chart):
         return div.reshape(x.shape[0], -1)
 
     def exact_geometry(self, mu: Tensor | None = None) -> Geometry | None:
-        from pcgbench.preconditioning import DiagonalGeometry, IdentityGeometry
+        from pcgbench.charts.geometry import DiagonalGeometry, IdentityGeometry
 
         w = self.chan_w
         if bool((w == 1.0).all()):

@@ -13,7 +13,7 @@ from pcgbench.charts.base import Chart, Cond
 from pcgbench.errors import PcgError
 
 if TYPE_CHECKING:
-    from pcgbench.preconditioning import Geometry
+    from pcgbench.charts.geometry import Geometry
 
 
 def spectral_wavenumbers(
@@ -147,6 +147,6 @@ class StreamfunctionChart2D(Chart):
         return self._ifft(torch.where(self.gauge, 0.0, yh))
 
     def exact_geometry(self, mu: Tensor | None = None) -> Geometry | None:
-        from pcgbench.preconditioning import FourierDiagonalGeometry
+        from pcgbench.charts.geometry import FourierDiagonalGeometry
 
         return FourierDiagonalGeometry(self.pullback_sqrt_symbol(), mu)

@@ -1,0 +1,122 @@
+"""Command-line interface: one module per command (``add_parser(sub)`` and ``run(args)``).
+
+User errors (unknown names, unsupported combinations, bad input, unwritable
+directories) print one line and exit with code 2; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import typing
+import warnings
+from collections.abc import Sequence
+from importlib import import_module
+
+from pcgbench.errors import PcgError
+from pcgbench.log import printable
+from pcgbench.registry import load_plugin
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2), like every other bad input."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+#: command -> module with ``add_parser(sub)`` and ``run(args)`` (the order of ``--help``)
+COMMANDS = {"run": "run", "list": "listing", "leaderboard": "leaderboard",
+            "protocol": "protocol", "show-config": "show_config", "audit": "audit",
+            "sweep": "sweep", "report": "report", "data": "data", "study": "study"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="pcgbench",
+        description="Benchmark suite for physics-constrained generative models.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMANDS.values():
+        import_module(f"pcgbench.cli.{module}").add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pcgbench.termination import handling
+
+    with handling():  # SIGTERM: a clean stop (a fit's partial checkpoint first), exit 143
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.quiet:
+        os.environ["TQDM_DISABLE"] = "1"
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from pcgbench.log import configure
+
+    configure(verbose=args.verbose, quiet=args.quiet)
+    from pcgbench.storage import storage_error
+    from pcgbench.termination import EXIT_CODE, Terminated
+
+    try:
+        for module in args.plugin:
+            load_plugin(module)
+        with logging_redirect_tqdm():
+            rc = import_module(f"pcgbench.cli.{COMMANDS[args.command]}").run(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:  # `pcgbench leaderboard | head -1`: the reader left
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a tool killed by it
+    except PcgError as exc:
+        if args.debug:
+            raise
+        print(f"pcgbench: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a storage fault the code did not name (full disk, ...)
+        if args.debug or exc.errno not in STORAGE_ERRNOS:
+            raise
+        path = exc.filename if exc.filename is not None else "a file"
+        print(f"pcgbench: error: {printable(storage_error(path, exc, 'use'))}",
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pcgbench: interrupted (completed records are kept; rerun to resume)",
+              file=sys.stderr)
+        return 130
+    except Terminated:
+        print("pcgbench: stopped by SIGTERM (completed records and a fit's partial "
+              "checkpoint are kept; rerun to resume)", file=sys.stderr)
+        return EXIT_CODE
+    return rc
+
+
+def _storage_errnos() -> frozenset[int]:
+    import errno
+
+    names = ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "ENOTDIR", "EISDIR",
+             "EEXIST", "ENAMETOOLONG", "EIO", "ENOENT", "ELOOP", "EMFILE", "ENFILE")
+    return frozenset(getattr(errno, n) for n in names if hasattr(errno, n))
+
+
+#: OSErrors reported as one line (the path and the cause) instead of a traceback
+STORAGE_ERRNOS = _storage_errnos()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again
+    (the recipe of Python's signal documentation for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured)
+        pass
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("default")
+    sys.exit(main())

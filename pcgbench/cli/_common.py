@@ -1,0 +1,50 @@
+"""What every command shares: the common options, help texts naming registered entries,
+the default preset."""
+
+from __future__ import annotations
+
+import argparse
+
+from pcgbench.errors import PcgError
+from pcgbench.presets import DEFAULT_PRESET
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it may register tasks/methods/metrics)")
+    p.add_argument("--results", default=None,
+                   help="results directory (default $PCGBENCH_RESULTS, "
+                   "else ~/.cache/pcgbench/results)")
+    p.add_argument("--data-dir", default=None,
+                   help="dataset cache (default $PCGBENCH_DATA or ~/.cache/pcgbench/data)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars and no phase lines (warnings and errors only)")
+    p.add_argument("--verbose", action="store_true",
+                   help="phase lines even with --quiet, and debug detail (timestamped "
+                   "when not on a terminal)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def names(registry, kind: str) -> str:
+    """Help text listing a registry's names (a --plugin or an installed entry point may add
+    more, so they are listed, not enforced as argparse choices)."""
+    try:
+        names = ", ".join(registry.names())
+    except PcgError:  # a broken entry point must not break --help
+        names = "see `pcgbench list`"
+    return f"{kind}: {names} (a --plugin may add more; `pcgbench list {kind}s` describes them)"
+
+
+def one_line(obj_doc: str | None) -> str:
+    return (obj_doc or "").strip().splitlines()[0] if obj_doc else ""
+
+
+def default_preset(args: argparse.Namespace) -> None:
+    """Fill ``args.preset`` when not given: ``gpu`` where ``--device`` resolves to CUDA
+    (said on the first line), else ``cpu``."""
+    if args.preset is None:
+        from pcgbench.presets import default_preset
+
+        args.preset, why = default_preset(args.device)
+        if args.preset != DEFAULT_PRESET:
+            print(f"preset {args.preset} ({why}; --preset cpu for the CPU preset)")

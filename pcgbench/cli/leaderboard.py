@@ -1,0 +1,151 @@
+"""``pcgbench leaderboard``: paper-style tables from all recorded runs."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+
+from pcgbench.cli._common import add_common
+from pcgbench.errors import PcgError
+from pcgbench.log import printable
+from pcgbench.registry import METHODS, TASKS
+
+
+def add_parser(sub: typing.Any) -> None:
+    p = sub.add_parser("leaderboard", help="paper-style tables from all recorded runs")
+    add_common(p)
+    p.add_argument("--task", default=None)
+    p.add_argument("--preset", default=None)
+    p.add_argument("--format", choices=["md", "latex", "csv"], default="md")
+    p.add_argument("--standalone", action="store_true",
+                   help="with --format latex: a complete document that compiles with "
+                   "pdflatex as printed (else table floats needing booktabs and graphicx)")
+    p.add_argument("--no-reported", action="store_true",
+                   help="omit the paper's reported values")
+    p.add_argument("--suite", default=None, choices=["constrained_pde"],
+                   help="one table of a task suite in the paper's layout (rows dataset x "
+                   "metric, columns methods)")
+    p.add_argument("--ablation", default=None, choices=["one_step"],
+                   help="an ablation table in the paper's layout: one_step = benchmarks x "
+                   "PMosFM one-step objectives (--set objective=...), energy distance")
+    p.add_argument("--rows", nargs="+", default=None, metavar="ROW",
+                   help="only these rows, in this order: metric names or nfe, time, train, "
+                   "memory, params (e.g. --rows re wd js nfe time)")
+    p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                   help="only these method columns (the data reference column stays)")
+    p.add_argument("--variants", action="store_true",
+                   help="also show variant columns (runs with --set/--chart/--data-file/--tag"
+                   "), each its own column, e.g. fm_ot[iterations=5]")
+
+
+def run(args: argparse.Namespace) -> None:
+    from pcgbench.leaderboard import (
+        backbone_notes,
+        failed_notes,
+        format_table,
+        group_records,
+        load_records,
+        long_frame,
+        reported_table,
+        select,
+        summary_frame,
+    )
+    from pcgbench.leaderboard.tables import latex_output
+    from pcgbench.storage import results_dir
+
+    if args.standalone and args.format != "latex":
+        raise PcgError("--standalone applies to --format latex only")
+    root = results_dir(args.results)
+    if args.preset is not None:
+        from pcgbench.presets import check_preset
+
+        check_preset(args.preset)
+    for m in args.methods or ():
+        if m != "data":
+            METHODS.get(m.split("[", 1)[0])  # unknown method -> did-you-mean error
+    if args.ablation is not None:
+        from pcgbench.leaderboard.ablation import render_ablation
+
+        if args.task is not None or args.suite is not None or args.rows or args.methods:
+            raise PcgError("--ablation is its own table: --task/--suite/--rows/--methods "
+                           "do not apply")
+        text = render_ablation(load_records(root), args.ablation, args.format, args.preset,
+                               reported=not args.no_reported)
+        print(latex_output([text], args.standalone) if args.format == "latex" else text)
+        return
+    if args.suite is not None:
+        from pcgbench.leaderboard.suite import render_suite
+
+        if args.task is not None:
+            raise PcgError("--suite and --task are exclusive: a suite table covers its tasks")
+        if args.rows or args.methods:
+            raise PcgError("--rows/--methods apply to per-task tables, not to --suite")
+        records = load_records(root)
+        text = render_suite(records, args.suite, args.format, args.preset,
+                            reported=not args.no_reported)
+        print(latex_output([text], args.standalone) if args.format == "latex" else text)
+        if args.format == "md":
+            from pcgbench.leaderboard.suite import suite_layout
+
+            for line in failed_notes(records, {t for t, _ in suite_layout(args.suite).datasets},
+                                     args.preset):
+                print(f"\n{line}")
+        return
+    records = load_records(root)
+    groups = group_records(records, variants=args.variants)
+    if args.task is not None:
+        TASKS.get(args.task)  # unknown task -> did-you-mean error
+    keys = sorted(k for k in groups if (args.task in (None, k[0]))
+                  and (args.preset in (None, k[1])))
+    if not keys:
+        raise PcgError(f"no run records under {root}"
+                       + (f" for task {args.task!r}" if args.task else "")
+                       + "; run `pcgbench run --task T --method M` first")
+    csv_frames, latex_blocks = [], []
+    for task, preset in keys:
+        order = TASKS.get(task).metrics if task in TASKS else ()
+        mean, std, seeds = summary_frame(groups[(task, preset)], tuple(order))
+        reported = None
+        if not args.no_reported and task in TASKS:
+            bench = TASKS.get(task).paper_benchmark
+            reported = reported_table(bench) if bench else None
+        selected = select(mean, std, seeds, args.rows, args.methods, reported)
+        # from the whole table (--methods may drop the backbone); other columns if shown
+        notes = backbone_notes(mean, preset, shown=set(selected[0].columns),
+                               by_method=groups[(task, preset)])
+        mean, std, seeds, reported = selected
+        from pcgbench.leaderboard.tables import annotate_frame, render_notes, table_notes
+
+        shown = {m: groups[(task, preset)][m] for m in mean.columns}
+        if args.format == "csv":  # one CSV for all tasks: task and preset columns
+            frame = annotate_frame(long_frame(mean, std, seeds, reported), task, preset, mean)
+            frame.insert(0, "preset", [preset if src == "measured" else ""
+                                       for src in frame["source"]])
+            frame.insert(0, "task", task)
+            for col in ("method", "label"):  # no control characters
+                frame[col] = frame[col].map(printable)
+            csv_frames.append(frame)
+            continue
+        from pcgbench.leaderboard.tables import nonfinite_notes
+
+        lines = table_notes(task, preset, shown, mean)
+        more = notes + nonfinite_notes(mean) + failed_notes(records, {task}, preset)
+        if args.format == "latex":  # every note inside the table's float
+            latex_blocks.append(format_table(
+                mean, std, seeds, "latex", reported,
+                caption=f"{task} (preset {preset}): mean ± std over n seeds; best in bold",
+                notes=lines + more))
+            continue
+        print(f"\n## {task} (preset {preset})\n")
+        print(format_table(mean, std, seeds, args.format, reported)
+              + render_notes(lines, args.format))
+        for line in more:
+            print(f"\n{printable(line)}")
+    if latex_blocks:
+        print(latex_output(latex_blocks, args.standalone))
+    if csv_frames:
+        import pandas as pd
+
+        from pcgbench.leaderboard.tables import to_csv
+
+        print(to_csv(pd.concat(csv_frames, ignore_index=True)), end="")

@@ -1,0 +1,41 @@
+"""``pcgbench report``: one self-contained static HTML report of the recorded runs."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+from pathlib import Path
+
+from pcgbench.cli._common import add_common
+from pcgbench.errors import PcgError
+from pcgbench.registry import TASKS
+
+
+def add_parser(sub: typing.Any) -> None:
+    p = sub.add_parser("report", help="one self-contained static HTML report of the "
+                       "recorded runs: tables, sample grids, spectra, histograms, loss "
+                       "curves, quality vs cost")
+    add_common(p)
+    p.add_argument("--task", default=None)
+    p.add_argument("--preset", default=None)
+    p.add_argument("--out", default="pcgbench_report", help="output directory")
+
+
+def run(args: argparse.Namespace) -> None:
+    from pcgbench.leaderboard import load_records
+    from pcgbench.leaderboard.report import build_report
+    from pcgbench.storage import ensure_writable, results_dir
+
+    if args.task is not None:
+        TASKS.get(args.task)
+    if args.preset is not None:
+        from pcgbench.presets import check_preset
+
+        check_preset(args.preset)
+    root = results_dir(args.results)
+    records = load_records(root)
+    if not records:
+        raise PcgError(f"no run records under {root}; run `pcgbench run` first")
+    out = ensure_writable(Path(args.out).expanduser())
+    path, seconds = build_report(records, out, args.task, args.preset)
+    print(f"report: {path} ({path.stat().st_size / 1024:.0f} KiB, {seconds:.1f} s)")

@@ -1,0 +1,47 @@
+"""``pcgbench show-config``: the resolved config of a (task, method, preset) -- preset
+defaults, the sampling protocol, then ``--set``."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+
+from pcgbench.cli._common import add_common, names
+from pcgbench.presets import DEFAULT_PRESET, PRESETS
+from pcgbench.registry import METHODS, TASKS
+
+
+def add_parser(sub: typing.Any) -> None:
+    p = sub.add_parser("show-config", help="the resolved config of a (task, method, preset): "
+                       "preset defaults, the sampling protocol, then --set")
+    add_common(p)
+    p.add_argument("--task", required=True, help=names(TASKS, "task"))
+    p.add_argument("--method", required=True, help=names(METHODS, "method"))
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--chart", default=None)
+    p.add_argument("--device", default="cpu")
+
+
+def run(args: argparse.Namespace) -> None:
+    import json
+
+    import torch
+
+    from pcgbench.config import parse_assignments, to_dict
+    from pcgbench.presets import check_preset
+    from pcgbench.runner import RunOptions, build_method, build_task, run_key, variant_label
+    from pcgbench.storage import config_hash
+
+    check_preset(args.preset)
+    opts = RunOptions(task=args.task, method=args.method, preset=args.preset,
+                      overrides=parse_assignments(args.set), chart=args.chart,
+                      progress=False)
+    task = build_task(opts)
+    method = build_method(task, opts, torch.device("cpu"))
+    key = run_key(task, method, opts, torch.device(args.device))
+    variant = variant_label(task, method, opts)
+    print(f"# {args.task}/{args.method} preset {args.preset}: "
+          f"{'default column' if variant is None else f'variant [{variant}]'}; "
+          f"config hash {config_hash(key)}")
+    print(json.dumps(to_dict(method.config), indent=2, sort_keys=True))

@@ -1,0 +1,159 @@
+"""``pcgbench sweep``: the task x method x seed matrix as submitit jobs (local or SLURM) --
+data, shared backbones, methods, then the leaderboard."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+from pathlib import Path
+
+from pcgbench.cli import leaderboard
+from pcgbench.cli._common import add_common, default_preset
+from pcgbench.errors import PcgError
+from pcgbench.presets import PRESETS
+from pcgbench.registry import METHODS, TASKS
+
+
+def add_parser(sub: typing.Any) -> None:
+    p = sub.add_parser("sweep", help="the task x method x seed matrix as submitit jobs "
+                       "(local or SLURM): data, shared backbones, methods, then the "
+                       "leaderboard; existing records are skipped")
+    add_common(p)
+    p.add_argument("--tasks", nargs="+", default=None, help="default: every task")
+    p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                   help="default: every method; METHOD:key=value[,key=value] runs it with "
+                   "those config overrides (as run --set; its own record, a variant column)")
+    p.add_argument("--ablation", default=None, choices=["one_step"],
+                   help="the runs of an ablation table (one_step: pmosfm with each "
+                   "registered one-step objective; default tasks: the table's benchmarks), "
+                   "then that table")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--preset", default=None,
+                   help=f"one of {', '.join(PRESETS)} (default: gpu where --device resolves "
+                   "to CUDA, else cpu)")
+    p.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
+                   help="local: subprocesses on this machine; slurm: one SLURM job per run; "
+                   "debug: in this process (sequential)")
+    p.add_argument("--max-parallel", type=int, default=2,
+                   help="jobs in flight at once (local default 2; on SLURM the array "
+                   "parallelism)")
+    p.add_argument("--slurm-partition", default=None)
+    p.add_argument("--gpus-per-job", type=int, default=0)
+    p.add_argument("--cpus-per-job", type=int, default=None, metavar="N",
+                   help="cores per job: its torch/OpenMP/BLAS threads (and SLURM's "
+                   "cpus_per_task); default: this machine's cores / --max-parallel for "
+                   "local jobs, 1 on SLURM")
+    p.add_argument("--device", default="auto",
+                   help="device of every run: auto (CUDA when present), cpu, cuda[:i]")
+    p.add_argument("--timeout-min", type=int, default=240, help="per job")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="partial training checkpoints (a requeued job resumes)")
+    p.add_argument("--log-dir", default=None,
+                   help="submitit job logs (default RESULTS/sweep_logs)")
+    p.add_argument("--dry-run", action="store_true", help="list what is missing and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plans and runs the matrix; exit code 1 when any job failed or a run is not ok."""
+    import time
+
+    from pcgbench.presets import check_preset
+    from pcgbench.storage import ensure_writable, results_dir
+    from pcgbench.sweep import ExecutorOptions, default_cpus_per_job, plan, sweep
+
+    default_preset(args)
+    check_preset(args.preset)
+    if args.max_parallel < 1:
+        raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")
+    layout = None
+    if args.ablation is not None:
+        from pcgbench.leaderboard.ablation import ablation_layout
+
+        if args.methods:
+            raise PcgError("--ablation names its own runs: --methods does not apply")
+        layout = ablation_layout(args.ablation)
+        args.methods = layout.method_specs()
+        args.tasks = args.tasks or [t for t, _, _ in layout.benchmarks]
+    tasks = args.tasks or TASKS.names()
+    methods = args.methods or METHODS.names()
+    root = results_dir(args.results)
+    t0 = time.perf_counter()
+    cpus = (default_cpus_per_job(args.executor, args.max_parallel)
+            if args.cpus_per_job is None else args.cpus_per_job)
+    if cpus < 1:
+        raise PcgError(f"--cpus-per-job must be >= 1, got {cpus}")
+    from pcgbench.environment import resolve_device
+
+    resolve_device(args.device)  # a bad or absent device is one line before any planning
+    p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,
+             args.plugin, args.checkpoint_every, args.device)
+    runs = len(p.stages["backbone"]) + len(p.stages["method"])
+    print(f"sweep [{args.preset}] {len(tasks)} task(s) x {len(methods)} method(s) x "
+          f"{len(args.seeds)} seed(s): {runs} run(s) to do, {len(p.existing)} recorded, "
+          f"{len(p.unsupported)} unsupported pair(s) skipped; device {args.device}, "
+          f"{cpus} thread(s) per job, {args.max_parallel} in parallel")
+    for line in p.unsupported:
+        print(f"  unsupported: {line}")
+    for line in p.unplanned:
+        print(f"  not planned on this machine: {line}")
+    if args.dry_run:
+        for stage, jobs in p.stages.items():
+            for job in jobs:
+                print(f"  {stage:<8} {job.label}")
+        print(_sweep_cost(p, args.preset))
+        return 0
+    ensure_writable(root)
+    eo = ExecutorOptions(kind=args.executor,
+                         folder=Path(args.log_dir) if args.log_dir else root / "sweep_logs",
+                         max_parallel=args.max_parallel, timeout_min=args.timeout_min,
+                         slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job,
+                         cpus_per_job=cpus, threads_per_job=cpus)
+    results = sweep(p, eo)
+    wall = time.perf_counter() - t0
+    by_status: dict[str, int] = {}
+    for r in results:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+    print(f"sweep done in {wall:.1f} s: "
+          + ", ".join(f"{n} {k}" for k, n in sorted(by_status.items())))
+    swept = {r["label"].split("/", 1)[0] for r in results if r["stage"] != "data"}
+    swept |= {label.split("/", 1)[0] for label in p.existing}
+    if layout is not None:
+        leaderboard.run(argparse.Namespace(
+            results=str(root), task=None, preset=args.preset, format="md", no_reported=False,
+            suite=None, rows=None, methods=None, variants=False, ablation=args.ablation,
+            standalone=False))
+    for task in sorted(swept) if layout is None else ():
+        leaderboard.run(argparse.Namespace(
+            results=str(root), task=task, preset=args.preset, format="md", no_reported=False,
+            suite=None, rows=None, methods=None, variants=any(":" in m for m in methods),
+            ablation=None, standalone=False))
+    # "exists": an identical run (e.g. a concurrent sweep) recorded it first: not a failure
+    return int(any(r["status"] not in ("ok", "exists") for r in results if r["stage"] != "data")
+               or any(r["status"] == "error" for r in results))
+
+
+def _sweep_cost(p: typing.Any, preset: str) -> str:
+    """One line: the hours of a sweep plan's jobs from the cost table
+    (:mod:`pcgbench.paper.cost`), on the GPU where it has GPU rows."""
+    from pcgbench.paper.cost import estimate, read_table
+
+    jobs = []
+    for stage, stage_jobs in p.stages.items():
+        for job in stage_jobs:
+            opts = job.args[0]
+            jobs.append((stage, opts, None) if stage == "data"
+                        else (stage, opts.task, opts.method))
+    est = estimate(jobs, preset, read_table())
+    if est is None:
+        return (f"cost: no cost table rows for preset {preset!r} (benchmarks/paper_cost.py "
+                f"--preset {preset} --write measures them)")
+    unit = "GPU-hours" if est.device_kind == "cuda" else (
+        f"hours on the {est.device_kind} probe's machine (no GPU measurement in the table "
+        "yet; benchmarks/gpu_check.sh adds it)")
+    where = "; ".join(f"{d}, {date}" for d, date in sorted(est.sources)) or "-"
+    line = (f"estimated cost of the {est.priced} priced job(s): {est.hours:.3g} {unit} "
+            f"(paper/paper_cost.csv: {where})")
+    if est.unpriced:
+        shown = ", ".join(est.unpriced[:6]) + (" ..." if len(est.unpriced) > 6 else "")
+        line += f"; {len(est.unpriced)} job(s) without an estimate: {shown}"
+    return line

@@ -1,0 +1,123 @@
+"""The layering docs/ARCHITECTURE.md promises, read off the source (every import statement,
+function-level and ``TYPE_CHECKING`` ones included): no import cycles, and the harness core
+imports no task, method or metric (only the command-line layer, ``pcgbench.cli``, wires
+everything together)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from pcgbench import SOURCE_FOLDERS
+
+ROOT = Path(__file__).resolve().parents[1]
+#: folders of the source tree -> the package they are imported as
+PACKAGES = {"pcgbench": "pcgbench", **{f: f"pcgbench.{n}" for n, f in SOURCE_FOLDERS.items()}}
+LEAVES = ("tasks", "methods", "metrics")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for folder, package in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(ROOT / folder).with_suffix("").parts
+                     if p != "__init__"]
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules ``name`` imports (a ``from package import module`` counts as the
+    module; anything else as the deepest known package of the name)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+                for _ in range(node.level - 1):
+                    package = package.rsplit(".", 1)[0]
+                base = f"{package}.{base}" if base else package
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def layer(module: str) -> str:
+    for folder in SOURCE_FOLDERS:
+        if module == f"pcgbench.{folder}" or module.startswith(f"pcgbench.{folder}."):
+            return folder
+    if module == "pcgbench.cli" or module.startswith("pcgbench.cli."):
+        return "cli"
+    return "core"
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycles():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_core_imports_no_task_method_or_metric():
+    bad = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
+                 if layer(a) == "core" and layer(b) in LEAVES)
+    assert bad == []
+
+
+def test_tasks_methods_and_metrics_do_not_import_each_other_sideways():
+    """A metric knows no method, a method no metric; tasks know neither (a method may
+    name a task only through the registry)."""
+    bad = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
+                 if layer(a) in LEAVES and layer(b) in LEAVES and layer(a) != layer(b))
+    assert bad == []
