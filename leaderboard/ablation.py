@@ -19,7 +19,9 @@ import math
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
@@ -37,6 +39,7 @@ from pcgbench.leaderboard.tables import (
     to_csv,
 )
 from pcgbench.paper.reported import reported_csv
+from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import TASKS
 
 
@@ -118,10 +121,10 @@ def column_label(value: str) -> str:
 _ITEM = re.compile(r",(?=[A-Za-z_][\w.]*=)")  # "a=1,b=[0.1, 0.2]" -> "a=1", "b=[0.1, 0.2]"
 
 
-def other_changes(record: dict, layout: AblationLayout) -> str | None:
+def other_changes(record: Mapping[str, Any], layout: AblationLayout) -> str | None:
     """The record's variant label without the ablated field (None: only that field
     differs from the default config)."""
-    variant = record.get("variant")
+    variant = RunRecord.from_json(record).variant
     if not variant:
         return None
     rest = [i for i in _ITEM.split(variant) if not i.startswith(f"{layout.field}=")]
@@ -132,10 +135,10 @@ def other_changes(record: dict, layout: AblationLayout) -> str | None:
 Group = tuple[str, str, str | None]
 
 
-def group_of(record: dict, layout: AblationLayout) -> Group:
+def group_of(record: Mapping[str, Any], layout: AblationLayout) -> Group:
     """The table a run belongs to: its preset, device kind and other changes."""
-    return (str(record.get("preset", "?")), str(record.get("device_kind") or "cpu"),
-            other_changes(record, layout))
+    record = RunRecord.from_json(record)
+    return (record.preset, record.device_kind, other_changes(record, layout))
 
 
 def _sort_key(kv: tuple[Group, object]) -> tuple[str, bool, str, str]:
@@ -143,52 +146,61 @@ def _sort_key(kv: tuple[Group, object]) -> tuple[str, bool, str, str]:
     return p, kind != "cpu", kind, rest or ""
 
 
-def collect(records: list[dict], layout: AblationLayout, preset: str | None = None
+def _value(record: RunRecord, layout: AblationLayout) -> str:
+    """The ablated field's value of a run (its config's, or the layout's default)."""
+    return str(record.config.get(layout.field, layout.default))
+
+
+def _runs(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
+          preset: str | None) -> list[RunRecord]:
+    """The layout's method's runs on its benchmarks (at ``preset`` when given)."""
+    tasks = {t for t, _, _ in layout.benchmarks}
+    return [r for r in as_records(records) if r.method == layout.method and r.task in tasks
+            and (preset is None or r.preset == preset)]
+
+
+def collect(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
+            preset: str | None = None
             ) -> dict[Group, dict[tuple[str, str], list[float]]]:
     """{(preset, device kind, other changes): {(task, value): [metric per seed]}} of the
     layout's method, ok runs only, latest record per seed."""
-    tasks = {t for t, _, _ in layout.benchmarks}
-    latest: dict[tuple, dict[int, dict]] = defaultdict(dict)
-    for r in records:
-        if (r.get("method") != layout.method or r.get("task") not in tasks or not is_ok(r)
-                or (preset is not None and r.get("preset") != preset)):
+    latest: dict[tuple, dict[int, RunRecord]] = defaultdict(dict)
+    for r in _runs(records, layout, preset):
+        if not is_ok(r):
             continue
-        value = str((r.get("config") or {}).get(layout.field, layout.default))
-        key = (*group_of(r, layout), r["task"], value)
-        seed = r.get("seed", 0)
-        old = latest[key].get(seed)
-        if old is None or r.get("finished", "") >= old.get("finished", ""):
-            latest[key][seed] = r
+        key = (*group_of(r, layout), r.task, _value(r, layout))
+        old = latest[key].get(r.seed)
+        if old is None or r.finished >= old.finished:
+            latest[key][r.seed] = r
     out: dict[Group, dict[tuple[str, str], list[float]]] = defaultdict(dict)
     for (p, kind, rest, task, value), by_seed in latest.items():
-        vals = [float(v) for v in ((rec.get("metrics") or {}).get(layout.metric)
-                                   for rec in by_seed.values())
+        vals = [float(v) for v in (rec.metric(layout.metric) for rec in by_seed.values())
                 if isinstance(v, int | float) and math.isfinite(v)]
         if vals:
             out[(p, kind, rest)][(task, value)] = vals
     return out
 
 
-def floors(records: list[dict], layout: AblationLayout
+def floors(records: Iterable[Mapping[str, Any]], layout: AblationLayout
            ) -> dict[tuple[str, str], tuple[float, float | None, int | None]]:
     """{(preset, task): (value, spread, draws)} of the layout's metric for real data (the
     task's ``data`` record, latest ok one: held-out data against the test split; spread
     and draws where the reference is a mean over draws), the scale a cell is read on."""
     tasks = {t for t, _, _ in layout.benchmarks}
-    latest: dict[tuple[str, str], dict] = {}
-    for r in records:
-        if r.get("method") != "data" or r.get("task") not in tasks or not is_ok(r):
+    latest: dict[tuple[str, str], RunRecord] = {}
+    for r in as_records(records):
+        if r.method != "data" or r.task not in tasks or not is_ok(r):
             continue
-        key = (str(r.get("preset", "?")), str(r["task"]))
-        if key not in latest or r.get("finished", "") >= latest[key].get("finished", ""):
+        key = (r.preset, r.task)
+        if key not in latest or r.finished >= latest[key].finished:
             latest[key] = r
     out = {}
     for key, r in latest.items():
-        v = (r.get("metrics") or {}).get(layout.metric)
+        v = r.metric(layout.metric)
         if isinstance(v, int | float) and math.isfinite(v):
-            sd = (r.get("metrics_std") or {}).get(layout.metric)
+            sd = r.metrics_std.get(layout.metric)
             out[key] = (float(v), float(sd) if isinstance(sd, int | float) else None,
-                        r.get("reference_draws"))
+                        r.reference_draws)
     return out
 
 
@@ -202,21 +214,19 @@ def _floor_cell(floor: tuple[float, float | None, int | None] | None, fmt: str) 
     return s + (f" ({draws} draws)" if isinstance(draws, int) and draws > 1 else " (val split)")
 
 
-def failed_cells(records: list[dict], layout: AblationLayout,
+def failed_cells(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
                  ok: dict[Group, dict[tuple[str, str], list[float]]],
                  preset: str | None = None
                  ) -> dict[Group, dict[tuple[str, str], str]]:
     """{group: {(task, value): status}} (:data:`Group`) of the cells with no ok run in
     ``ok`` (:func:`collect`'s cells) but failed ones (diverged, invalid, stale): shown as
     the status, never as a number or a gap."""
-    tasks = {t for t, _, _ in layout.benchmarks}
     out: dict[Group, dict[tuple[str, str], str]] = defaultdict(dict)
-    for r in records:
-        if (r.get("method") != layout.method or r.get("task") not in tasks or is_ok(r)
-                or (preset is not None and r.get("preset") != preset)):
+    for r in _runs(records, layout, preset):
+        if is_ok(r):
             continue
         group = group_of(r, layout)
-        cell = (r["task"], str((r.get("config") or {}).get(layout.field, layout.default)))
+        cell = (r.task, _value(r, layout))
         if cell not in ok.get(group, {}):
             out[group][cell] = status_of(r)
     return out
@@ -228,19 +238,18 @@ EXTRAS = (("spread_term", "spread term"), ("source_scale", "source"),
           ("whitening", "P_s"))
 
 
-def extras_caption(records: list[dict], layout: AblationLayout, preset: str | None = None
+def extras_caption(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
+                   preset: str | None = None
                    ) -> dict[Group, str]:
     """{group: caption} (:data:`Group`) saying which extras (spread term, source scale,
     whitening) the table's runs had: the same for every objective, or -- named -- that
     the columns differ (then the table is not a like-for-like comparison)."""
-    tasks = {t for t, _, _ in layout.benchmarks}
     seen: dict[Group, dict[str, set]] = defaultdict(lambda: defaultdict(set))
-    for r in records:
-        if (r.get("method") != layout.method or r.get("task") not in tasks or not is_ok(r)
-                or (preset is not None and r.get("preset") != preset)):
+    for r in _runs(records, layout, preset):
+        if not is_ok(r):
             continue
-        info = r.get("method_info") or {}
-        value = str((r.get("config") or {}).get(layout.field, layout.default))
+        info = r.method_info
+        value = _value(r, layout)
         key = group_of(r, layout)
         seen[key][value].add(tuple(str(info.get(k, "?")) for k, _ in EXTRAS))
     out = {}
@@ -348,10 +357,11 @@ def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
     return to_csv(frame)
 
 
-def render_ablation(records: list[dict], name: str, fmt: str = "md",
+def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = "md",
                     preset: str | None = None, reported: bool = True) -> str:
     """The ablation table(s) (one per preset and set of other changes) as markdown
     ('md'), LaTeX ('latex') or CSV ('csv'), then the paper's reported values."""
+    records = as_records(records)
     layout = ablation_layout(name)
     groups = collect(records, layout, preset)
     failed = failed_cells(records, layout, groups, preset)

@@ -13,7 +13,7 @@ import html
 import io
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from pcgbench.leaderboard.tables import (
     method_of,
     row_label,
 )
+from pcgbench.record import RunRecord
 from pcgbench.registry import TASKS
 
 _CSS = """
@@ -119,11 +120,11 @@ def _col(m: str, seeds: dict[str, int]) -> str:
         else f"{m} (n={seeds[m]})"
 
 
-def _samples(record: dict) -> dict[str, np.ndarray] | None:
+def _samples(record: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
     """The record's saved samples (``samples``, ``reference`` [n, C, *spatial] of one
     shape, optional ``cond``), or None; an unreadable or malformed file is skipped and
     named in a warning."""
-    path = record.get("samples_file")
+    path = RunRecord.from_json(record).samples_file
     if not isinstance(path, str) or not Path(path).is_file():
         return None
     import warnings
@@ -212,8 +213,8 @@ def _spectrum(x: np.ndarray, c: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return shells[keep], power[keep]
 
 
-def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
-                 records: list[dict]) -> str:
+def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]],
+                 records: list[RunRecord]) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -259,7 +260,7 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
         fig, ax = plt.subplots(figsize=(5.0, 3.6))
         drawn = False
         for m in methods:
-            curve = (by_method[m][0].get("training") or {}).get("loss_curve")
+            curve = RunRecord.from_json(by_method[m][0]).training.get("loss_curve")
             if curve:
                 steps, vals = zip(*curve, strict=True)
                 if all(v > 0 for v in vals):
@@ -480,7 +481,7 @@ def task_section(task: str, preset: str, by_method: dict[str, list[dict]],
     return "\n".join(parts)
 
 
-def build_report(records: list[dict], out: Path, task: str | None = None,
+def build_report(records: list[RunRecord], out: Path, task: str | None = None,
                  preset: str | None = None) -> tuple[Path, float]:
     """Write ``out/report.html``; returns (path, seconds taken)."""
     t0 = time.perf_counter()

@@ -14,7 +14,9 @@ Poseidon FPD, which we cannot compute, and are never put in one row with our
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
@@ -32,6 +34,7 @@ from pcgbench.leaderboard.tables import (
     to_csv,
 )
 from pcgbench.paper.reported import method_key, method_label, reported_csv
+from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import METRICS, TASKS
 
 #: metric name -> (row label, display unit: the table shows value / unit)
@@ -87,13 +90,13 @@ def row_label(metric: str) -> str:
     return label if unit == 1.0 else f"{label} / {unit:g}"
 
 
-def _dataset_metrics(task: str, by_method: dict[str, list[dict]]) -> list[str]:
+def _dataset_metrics(task: str, by_method: Mapping[str, list[RunRecord]]) -> list[str]:
     """The suite rows this dataset reports: the task's declared metrics when it is
     registered, else the metrics found in its records."""
     if task in TASKS:
         have = set(TASKS.get(task).metrics)
     else:
-        have = {k for recs in by_method.values() for r in recs for k in (r.get("metrics") or {})}
+        have = {k for recs in by_method.values() for r in as_records(recs) for k in r.metrics}
     return [m for m in ROWS if m in have]
 
 
@@ -103,7 +106,7 @@ def _column_order(layout: SuiteLayout, methods: set[str]) -> list[str]:
     return (["data"] if "data" in methods else []) + paper + rest
 
 
-def suite_frames(records: list[dict], layout: SuiteLayout, preset: str
+def suite_frames(records: Iterable[Mapping[str, Any]], layout: SuiteLayout, preset: str
                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, list[int]], list[str]]:
     """(means, stds) in display units with rows (dataset, row label) and method columns,
     seed counts per method (one per dataset that has it), and the datasets without
@@ -219,13 +222,14 @@ def _csv(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
     return to_csv(frame)
 
 
-def render_suite(records: list[dict], suite: str, fmt: str = "md",
+def render_suite(records: Iterable[Mapping[str, Any]], suite: str, fmt: str = "md",
                  preset: str | None = None, reported: bool = True) -> str:
     """The suite table(s) of every preset with records (or ``preset``) as markdown
     ('md'), LaTeX ('latex') or CSV ('csv'), followed by the paper's reported values."""
+    records = as_records(records)
     layout = suite_layout(suite)
     tasks = {t for t, _ in layout.datasets}
-    presets = sorted({r.get("preset", "?") for r in records if r.get("task") in tasks}
+    presets = sorted({r.preset for r in records if r.task in tasks}
                      if preset is None else {preset})
     rep = reported_suite(layout) if reported else None
     out: list[str] = []

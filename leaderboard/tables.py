@@ -7,21 +7,22 @@ import functools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
 
 from pcgbench.method import method_lineage
+from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import METHODS, METRICS, TASKS
 
-EXTRA_ROWS = (
-    ("nfe", lambda r: r.get("nfe")),
-    ("time/sample [s]", lambda r: (r.get("inference") or {}).get("seconds_per_sample")),
-    ("train [s/update]", lambda r: (r.get("training") or {}).get("seconds_per_update")),
-    ("train peak memory [MB]", lambda r: (r.get("memory") or {}).get("train_peak_mb")),
-    ("parameters", lambda r: r.get("parameters")),
+EXTRA_ROWS: tuple[tuple[str, Callable[[RunRecord], Any]], ...] = (
+    ("nfe", lambda r: r.nfe),
+    ("time/sample [s]", lambda r: r.inference.get("seconds_per_sample")),
+    ("train [s/update]", lambda r: r.training.get("seconds_per_update")),
+    ("train peak memory [MB]", lambda r: r.memory.get("train_peak_mb")),
+    ("parameters", lambda r: r.parameters),
 )
 LOWER_IS_BETTER_EXTRAS = {"nfe", "time/sample [s]", "train [s/update]",
                           "train peak memory [MB]"}
@@ -41,20 +42,21 @@ def _num(v: Any) -> float | None:
     return f
 
 
-def stale_reason(record: dict) -> str | None:
+def stale_reason(record: Mapping[str, Any]) -> str | None:
     """Why a record predates a code fix it depends on (its ``code_versions`` below the
     registered task's or method's ``version``), or None.  Unregistered tasks and methods
     (a plug-in not imported) cannot be checked and count as current."""
-    have = record.get("code_versions") or {}
+    record = RunRecord.from_json(record)
+    have = record.code_versions
     now: dict[str, int] = {}
-    if (task := TASKS.lookup(str(record.get("task")))) is not None:
+    if (task := TASKS.lookup(record.task)) is not None:
         now.update(task=task.version, data=task.data_version)
-        if record.get("method") == "data":
+        if record.method == "data":
             now["reference"] = task.reference_version()
-    if (method := METHODS.lookup(str(record.get("method")))) is not None:
+    if (method := METHODS.lookup(record.method)) is not None:
         now["method"] = method.version
     for name in [k.split(":", 1)[1] for k in have if k.startswith("pretrained:")] + (
-            [record["pretrained"]] if record.get("pretrained") else []):
+            [record.pretrained] if record.pretrained else []):
         if (base := METHODS.lookup(name)) is not None:
             now[f"pretrained:{name}"] = base.version
     behind = [f"{k} {have.get(k, 0)} < {v}" for k, v in sorted(now.items())
@@ -67,19 +69,19 @@ def stale_reason(record: dict) -> str | None:
     return None
 
 
-def default_config_changes(record: dict) -> list[str]:
+def default_config_changes(record: Mapping[str, Any]) -> list[str]:
     """``key = value`` of the fields where a default-column record's config differs from
     the method's default config on its task and preset today (a task's recipe or
     method overrides changed since it ran); [] for variants, for fields the record or
     the config lacks (added or removed since: the old behaviour), and where the task or
     method is not registered here."""
-    if record.get("variant") or not isinstance(record.get("config"), dict):
+    record = RunRecord.from_json(record)
+    if record.variant or not isinstance(record.get("config"), Mapping):
         return []
-    now = _default_config(str(record.get("task")), str(record.get("method")),
-                          str(record.get("preset")))
+    now = _default_config(record.task, record.method, str(record.get("preset")))
     if now is None:
         return []
-    have = record["config"]
+    have = record.config
     return [f"{k} = {now[k]}" for k in sorted(set(have) & set(now)) if have[k] != now[k]]
 
 
@@ -90,46 +92,47 @@ def _default_config(task: str, method: str, preset: str) -> dict | None:
     return default_config_dict(task, method, preset)
 
 
-def status_of(record: dict) -> str:
+def status_of(record: Mapping[str, Any]) -> str:
     """``ok``, a failure status (diverged / invalid) or ``stale`` (see :func:`stale_reason`);
     records written before statuses existed count as ok."""
-    status = str(record.get("status", "ok"))
+    status = RunRecord.from_json(record).status
     return "stale" if status == "ok" and stale_reason(record) else status
 
 
-def is_ok(record: dict) -> bool:
+def is_ok(record: Mapping[str, Any]) -> bool:
     """A scored run: status ``ok`` and not stale."""
     return status_of(record) == "ok"
 
 
-def failed_notes(records: list[dict], tasks: set[str] | None = None,
+def failed_notes(records: Iterable[Mapping[str, Any]], tasks: set[str] | None = None,
                  preset: str | None = None) -> list[str]:
     """One line per failed run (diverged / invalid) of the given tasks and preset: the
     runs the tables leave out of their means."""
     out = []
-    for r in records:
-        if is_ok(r) or (tasks is not None and r.get("task") not in tasks) or (
-                preset is not None and r.get("preset") != preset):
+    for r in as_records(records):
+        if is_ok(r) or (tasks is not None and r.task not in tasks) or (
+                preset is not None and r.preset != preset):
             continue
         extra = "".join(f", {k} {v:.3g}" for k in ("nonfinite_fraction", "blowup_fraction")
-                        if isinstance(v := (r.get("metrics") or {}).get(k), float) and v)
+                        if isinstance(v := r.metric(k), float) and v)
         status = status_of(r)
-        reason = stale_reason(r) if status == "stale" else r.get("status_reason")
+        reason = stale_reason(r) if status == "stale" else r.status_reason
         if status != "stale" and (changed := default_config_changes(r)):
             extra += f"; with an older default config (now {', '.join(changed)})"
-        out.append(f"excluded from the means: {r.get('task')}/{r.get('method')} seed "
-                   f"{r.get('seed')} [{r.get('preset')}] -- {status}: {reason}{extra}")
+        out.append(f"excluded from the means: {r.task}/{r.method} seed {r.seed} [{r.preset}]"
+                   f" -- {status}: {reason}{extra}")
     return out
 
 
-def column_label(record: dict) -> str:
+def column_label(record: Mapping[str, Any]) -> str:
     """A leaderboard column is one identity: the method's default config (its name), or a
     named variant ``method[variant]`` (a --set / --chart / --data-file / --tag run), on
     one device kind: CPU columns are unmarked, others carry it (``fm_ot@cuda``), so CPU
     and GPU records are never averaged together."""
-    variant = record.get("variant")
-    label = record["method"] if not variant else f"{record['method']}[{variant}]"
-    kind = str(record.get("device_kind") or "cpu")
+    record = RunRecord.from_json(record)
+    variant = record.variant
+    label = record.method if not variant else f"{record.method}[{variant}]"
+    kind = record.device_kind
     return label if kind == "cpu" else f"{label}@{kind}"
 
 
@@ -138,24 +141,22 @@ def method_of(column: str) -> str:
     return column.split("[", 1)[0].split("@", 1)[0]
 
 
-def group_records(records: list[dict], variants: bool = False
-                  ) -> dict[tuple[str, str], dict[str, list[dict]]]:
+def group_records(records: Iterable[Mapping[str, Any]], variants: bool = False
+                  ) -> dict[tuple[str, str], dict[str, list[RunRecord]]]:
     """{(task, preset): {column: [records over seeds]}} (latest record per seed wins).
     Columns are identities (:func:`column_label`): variants are their own columns, shown
     only with ``variants``, never averaged into the default; failed runs (status other
     than ok) are left out (see :func:`failed_notes`)."""
-    out: dict[tuple[str, str], dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
-    for r in records:
+    out: dict[tuple[str, str], dict[str, dict[int, RunRecord]]] = defaultdict(
+        lambda: defaultdict(dict))
+    for r in as_records(records):
         if "task" not in r or "method" not in r or not is_ok(r):
             continue
-        if r.get("variant") and not variants:
+        if r.variant and not variants:
             continue
-        per_seed = out[(r["task"], r.get("preset", "?"))][column_label(r)]
-        seed = r.get("seed", 0)
-        if seed not in per_seed or r.get("finished", r.get("created", "")) >= per_seed[seed].get(
-            "finished", per_seed[seed].get("created", "")
-        ):
-            per_seed[seed] = r
+        per_seed = out[(r.task, r.preset)][column_label(r)]
+        if r.seed not in per_seed or r.finished >= per_seed[r.seed].finished:
+            per_seed[r.seed] = r
     return {k: {m: list(s.values()) for m, s in v.items()} for k, v in out.items()}
 
 
@@ -184,21 +185,22 @@ def _higher_is_better(row: str) -> bool:
     return False
 
 
-def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...] = ()
+def summary_frame(by_method: Mapping[str, list[RunRecord]], metric_order: tuple[str, ...] = ()
                   ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(means, stds, seed counts) with metric rows (``metric_order`` first, then any
     others in record order) and method columns."""
+    by_method = {m: as_records(recs) for m, recs in by_method.items()}
     metric_rows: list[str] = list(metric_order)
     for recs in by_method.values():
         for r in recs:
-            for k in (r.get("metrics") or {}):
+            for k in r.metrics:
                 if k not in metric_rows and k not in ("nonfinite_fraction", "blowup_fraction"):
                     metric_rows.append(k)
     rows = metric_rows + [name for name, _ in EXTRA_ROWS]
-    getters = {m: (lambda r, m=m: (r.get("metrics") or {}).get(m)) for m in metric_rows}
+    getters = {m: (lambda r, m=m: r.metric(m)) for m in metric_rows}
     getters.update(dict(EXTRA_ROWS))
     methods = _method_order(list(by_method), {m: next(
-        (r.get("pretrained") for r in recs if r.get("pretrained")), None)
+        (r.pretrained for r in recs if r.pretrained), None)
         for m, recs in by_method.items()})
     mean = pd.DataFrame(index=rows, columns=methods, dtype=float)
     std = pd.DataFrame(index=rows, columns=methods, dtype=float)
@@ -219,7 +221,7 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
                 std.loc[row, m] = statistics.stdev(vals) if len(vals) > 1 else float("nan")
                 if len(vals) == 1 and method_of(m) == "data":
                     # a floor averaged over reference draws: their spread (Task.data_reference)
-                    drawn = _num(((by_method[m][0].get("metrics_std") or {})).get(row))
+                    drawn = _num(by_method[m][0].metrics_std.get(row))
                     if drawn is not None and math.isfinite(drawn):
                         std.loc[row, m] = drawn
     mean.attrs["nonfinite"] = flags
@@ -228,13 +230,13 @@ def summary_frame(by_method: dict[str, list[dict]], metric_order: tuple[str, ...
     return mean, std, seeds
 
 
-def loaded_cells(by_method: dict[str, list[dict]]) -> set[tuple[str, str]]:
+def loaded_cells(by_method: Mapping[str, list[RunRecord]]) -> set[tuple[str, str]]:
     """(timing row, column) cells with a record whose phase (fit: s/update; sampling:
     time/sample) saw a 1-minute load average above the machine's CPU count."""
     from pcgbench.benchrecords import was_loaded
 
     return {(row, m) for m, recs in by_method.items() for row, phase in TIMING_ROWS.items()
-            if any(was_loaded((r.get("load") or {}).get(phase)) for r in recs)}
+            if any(was_loaded(r.load.get(phase)) for r in as_records(recs))}
 
 
 def nonfinite_cell(mean: pd.DataFrame, row: str, column: str) -> str | None:
@@ -505,13 +507,13 @@ def _floor_ratios(mean: pd.DataFrame) -> dict[str, dict[str, float]]:
     return out
 
 
-def diagnostic_ratios(mean: pd.DataFrame, records: list[dict], name: str
+def diagnostic_ratios(mean: pd.DataFrame, records: Iterable[Mapping[str, Any]], name: str
                       ) -> tuple[dict[str, float], int]:
     """Each of ``FLOOR_METRICS`` of the records' diagnostic sampler ``name`` (mean over
     the records that have it) over the table's data column; and how many records."""
-    rows = [r["diagnostics"][name]["metrics"] for r in records
-            if isinstance((r.get("diagnostics") or {}).get(name), dict)
-            and isinstance(r["diagnostics"][name].get("metrics"), dict)]
+    rows = [r.diagnostics[name]["metrics"] for r in as_records(records)
+            if isinstance(r.diagnostics.get(name), Mapping)
+            and isinstance(r.diagnostics[name].get("metrics"), Mapping)]
     out: dict[str, float] = {}
     for metric, _ in FLOOR_METRICS:
         vals = [float(m[metric]) for m in rows if isinstance(m.get(metric), (int, float))]
@@ -523,7 +525,7 @@ def diagnostic_ratios(mean: pd.DataFrame, records: list[dict], name: str
 
 
 def backbone_notes(mean: pd.DataFrame, preset: str, shown: set[str] | None = None,
-                   by_method: dict[str, list[dict]] | None = None) -> list[str]:
+                   by_method: Mapping[str, list[RunRecord]] | None = None) -> list[str]:
     """One line per shared backbone whose WD or energy distance exceeds
     ``UNDERTRAINED_RATIO`` x the data floor in this table -- with, where its records
     carry them (``by_method``), the same weights' figures under the class's diagnostic
@@ -586,7 +588,7 @@ def _lineage(method: str) -> list[str]:
     return method_lineage(cls) if cls is not None else [method]
 
 
-def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
+def table_notes(task: str, preset: str, by_method: Mapping[str, list[RunRecord]],
                 mean: pd.DataFrame | None = None) -> list[str]:
     """The lines every per-task table carries under it: what its data are (the task's
     provenance at this preset; its ``metric_notes``: how to read a metric on it), which
@@ -607,8 +609,8 @@ def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
                 lines.append(f"training: {name} (and the methods built as its variants) takes "
                              + _assignments(over) + " on this task (a stability fix: "
                              "docs/protocols.md)")
-    floors = [r for c, recs in by_method.items() if method_of(c) == "data" for r in recs
-              if isinstance(r.get("reference_draws"), int) and r["reference_draws"] > 1]
+    floors = [r for c, recs in by_method.items() if method_of(c) == "data"
+              for r in as_records(recs) if (r.reference_draws or 0) > 1]
     if floors:  # what the data column is, where it is not simply the val split
         lines.append(f"data (reference): {floors[0].get('note', '')}; ± is the spread over "
                      "those draws")
@@ -621,8 +623,8 @@ def table_notes(task: str, preset: str, by_method: dict[str, list[dict]],
         if deps:
             lines.append(f"{m} is not the paper's {getattr(cls_m, 'departs_from', '')}: it "
                          "departs in " + "; ".join(deps.values()))
-    kinds = sorted({str((r.get("memory") or {}).get("kind")) for recs in by_method.values()
-                    for r in recs if (r.get("memory") or {}).get("kind")})
+    kinds = sorted({str(r.memory.get("kind")) for recs in by_method.values()
+                    for r in as_records(recs) if r.memory.get("kind")})
     if kinds:
         lines.append("train peak memory: " + "; ".join(MEMORY_KINDS.get(k, k) for k in kinds)
                      + "; '–' where the run reused a checkpoint (no fit)")

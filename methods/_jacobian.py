@@ -1,34 +1,20 @@
 """Compressed (coloured) Jacobians of constraints with a structural sparsity pattern.
 
-A stencil constraint such as Darcy's discrete PDE residual has ~1,000 rows, but each row
-touches only a handful of field entries.  ``vmap(jacrev(.))`` pays one reverse pass per
-row; here columns that share no row get one colour and a single forward-mode JVP with
-the colour's indicator vector recovers all of their entries at once (Curtis, Powell and
-Reid, "On the estimation of sparse Jacobian matrices", 1974; greedy distance-2 column
-colouring as in Gebremedhin, Manne and Pothen, SIAM Review 2005).  Rows that touch more
-than ``dense_fraction`` of the columns (global sums such as a zero mean or a mass
-balance) would force one colour per column, so they are taken by reverse mode instead,
-one VJP each.
-
-The pattern is detected once, as the union of the non-zeros of the dense Jacobian at a
-few random probes.  That is exact when the constraint declares ``structural`` (or is
-linear): its derivatives do not vanish on a branch, so a random point sees every
-structural non-zero with probability one.  The result is the same [B, k, n] tensor as
-:func:`pcgbench.methods._sampling.batched_jacobian`.
-
-The same pattern makes the Gram matrix ``J J^T`` that every Gauss-Newton projection needs
-cheap (:meth:`ColoredJacobian.gram`): two sparse rows meet only in the columns they share,
-so their inner product is a sum over the few entry pairs listed once at detection; the
-dense rows take one [d, n] x [n, k] product.  On Darcy at ``cpu`` (k = 1,029, n = 2,048)
-that replaces the k^2 n multiply-adds of the dense product by a few tens of thousands.
-
-When moreover no row is dense and the rows fall into small groups that share no column
-(pointwise closures such as dynamic stall's ideal-gas and Sutherland shear residuals:
-the two rows at one grid point share T, rows at different points share nothing), ``J J^T``
-is block diagonal.  Then :meth:`ColoredJacobian.linearize` keeps ``J`` as its list of
-structural entries (:class:`SparseRowsJacobian`) and every Gauss-Newton solve is a batch
-of small dense ones: at ``cpu`` dynamic stall (k = 4,096, n = 12,288) the dense route held
-a [64, 4,096, 12,288] Jacobian (13 GB) and factored a 4,096^2 Gram per sample.
+Stencil constraints (e.g. Darcy's discrete PDE residual) have many rows, each touching a few
+entries.  Instead of one reverse pass per row (``vmap(jacrev(.))``), columns that share no row get
+one colour and one forward-mode JVP with the colour's indicator recovers all their entries (Curtis,
+Powell and Reid 1974; greedy distance-2 column colouring, Gebremedhin, Manne and Pothen, SIAM
+Review 2005).  Rows touching more than ``dense_fraction`` of the columns (global sums such as a
+zero mean or a mass balance) go by reverse mode, one VJP each.  The pattern is detected once, as
+the union of non-zeros of the dense Jacobian at a few random probes: exact when the constraint
+declares ``structural`` (or is linear), since a random point then sees every structural non-zero
+with probability one.  Result: the [B, k, n] tensor of
+:func:`pcgbench.methods._sampling.batched_jacobian`.  :meth:`ColoredJacobian.gram` forms J J^T
+from the entry pairs that sparse rows share (listed at detection) plus one [d, n] x [n, k]
+product for the dense rows.  When no row is dense and the rows fall into small groups sharing no
+column (pointwise closures such as dynamic stall's ideal-gas and Sutherland shear residuals),
+J J^T is block diagonal: :meth:`ColoredJacobian.linearize` keeps J as its structural entries
+(:class:`SparseRowsJacobian`) and each Gauss-Newton solve is a batch of small dense ones.
 """
 
 from __future__ import annotations

@@ -1,35 +1,19 @@
 """CCFM: chance-constrained flow matching (Liang et al., arXiv 2509.25157) on FM-OT.
 
-What we could read (REFERENCES.md "CCFM"; the arXiv abstract and a review of the paper):
-on the OT path x_t = (1 - t) x0 + t x1 the clean sample is x1 = x_t / t - xi with
-xi = ((1 - t) / t) x0, so a constraint on x1 becomes a chance constraint on the noisy
-state, P_xi[g(x_t / t - xi) <= 0] >= level, and x_t is projected onto that set during
-sampling (early states barely moved, the final state feasible); training-free.  No
-public code was found and the level and solver are not published in what we could
-read: everything below the formulation is OUR choice.
-
-**Our formulation for equality constraints h(x1) = 0** (normalized units, as in
-``_sampling``).  Treat xi ~ N(0, sigma_t^2 I), sigma_t = (1 - t)/t, as independent of
-x_t and linearize h: h_i(x_t/t - xi) ~ N(h_i(x_t/t), sigma_t^2 ||J_i||^2).  Writing the
-equality as the two inequalities h_i <= 0 and -h_i <= 0, each required with
-probability >= ``level`` (<= 0.5), gives the deterministic band
-
-    |h_i(x_t / t)| <= beta_i(t) = Phi^-1(1 - level) sigma_t ||J_i||,
-
-i.e. |h_i(x_t)| <= kappa (1 - t) ||J_i|| for affine h: at early times only residuals
-larger than the source noise explains are trimmed (a noise-like state is moved by
-O(1) at most in the violating row directions), and the band closes at t = 1 (exact
-feasibility).  ``level`` = 0.25 by default (kappa = Phi^-1(0.75) = 0.674);
-``level`` = 0.5 is repeated projection of x_t / t onto {h = 0}.
-
-**Projection (ours).**  After each Euler step (t = k/n -> t' = (k+1)/n) with y = x/t':
-the residual r = h(y) is clipped to the band, r* = clip(r, -beta, beta), and y moves to
-{h = r*} by the minimum-norm step y <- y - J^T (J J^T)^+ (r - r*), x <- t' y
-(``newton_steps`` Gauss-Newton iterations for nonlinear h, damped and backtracked, see
-``band_project``; one exact step for affine h, shared Jacobian).  This is the exact
-projection onto the band when the rows of J are orthogonal and a feasible (not
-necessarily nearest) point otherwise.  The deterministic Euler ODE is used (the paper's
-SDE variant was not readable).  NFE = n (default 20 like the other samplers in the
+Paper (REFERENCES.md "CCFM"; abstract and a review, no public code): on the OT path the clean
+sample is x1 = x_t / t - xi, xi = ((1 - t) / t) x0, so a constraint on x1 becomes the chance
+constraint P_xi[g(x_t / t - xi) <= 0] >= level on x_t, which is projected onto that set during
+sampling (training-free).  Level and solver are unpublished: everything below is OUR choice.
+Equality constraints h(x1) = 0 (normalized units, as in ``_sampling``): with xi ~ N(0, sigma_t^2 I),
+sigma_t = (1 - t)/t, independent of x_t and h linearized, h_i <= 0 and -h_i <= 0 each with
+probability >= ``level`` (<= 0.5) give the band |h_i(x_t / t)| <= beta_i(t) =
+Phi^-1(1 - level) sigma_t ||J_i||, closing at t = 1 (exact feasibility); ``level`` = 0.25
+(kappa = Phi^-1(0.75) = 0.674) by default, 0.5 = repeated projection of x_t / t onto {h = 0}.
+After each Euler step t -> t' with y = x/t': r = h(y), r* = clip(r, -beta, beta),
+y <- y - J^T (J J^T)^+ (r - r*), x <- t' y (``band_project``: one exact step for affine h with a
+shared Jacobian, else ``newton_steps`` damped, backtracked Gauss-Newton steps); exact projection
+onto the band if J's rows are orthogonal, a feasible point otherwise.  Deterministic Euler ODE
+(the paper's SDE variant was not readable).  NFE = n (default 20, as the other samplers of the
 paper's Burgers row).
 """
 

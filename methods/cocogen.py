@@ -1,35 +1,20 @@
 """CoCoGen: score-based sampling with residual-descent corrections (Jacobsen et al. 2023) on
 the shared FM-OT backbone.
 
-**Score from the FM velocity.**  On the Gaussian linear path z_t = (1 - t) z0 + t z1,
-z0 ~ N(0, I), the marginal velocity is v = E[z1 - z0 | z_t] and z_t = (1 - t) E[z0|z_t]
-+ t E[z1|z_t], so E[z0 | z_t = z] = z - t v.  Tweedie's formula for the Gaussian
-noise (1 - t) z0 gives the score of the path marginal
-
-    grad log p_t(z) = -E[z0 | z_t = z] / (1 - t) = (t v(z, t) - z) / (1 - t)
-
-(``score_from_velocity``; tested against the exact score of a Gaussian toy).
-
-**Sampler.**  Euler-Maruyama of a reverse-time SDE with the same marginals as the flow
-(t: 0 -> 1), dz = [v + (g^2 / 2) grad log p_t] dt + g dW, with g(t)^2 = 2 c (1 - t):
-the drift is v + c (t v - z) (no 1/(1 - t) singularity) and the noise vanishes at t = 1;
-``sde_scale`` c = 1 by default, c = 0 is the probability-flow ODE (plain Euler).  This
-replaces CoCoGen's VP-SDE (the backbone is an FM model); our choice of g.
-
-**Residual corrections** (REFERENCES.md "CoCoGen"): in physical units x = decode(z),
-x <- x - eps grad_x ||R(x)||^2 / max|grad_x ||R(x)||^2| (per sample), R = the task's
-evaluator residual ``task.residual``.  CoCoGen applies one such step (eps = 2e-3) after
-the predictor of each of its last 50 of 2000 steps -- 50 corrections inside the final
-2.5 % of the time interval -- then 10 more (eps = 2e-4) after sampling.  We keep that
-total and that window whatever the step count n: ``corrections`` = 50 steps of size
-``correct_eps`` = 2e-3, spread evenly over the predictor steps that fall in the last
-``correct_fraction`` = 0.025 of [0, 1] (at least the last one; at n = 20 all 50 follow
-the last predictor step, at n = 100 about 17 follow each of the last 3), then
-``extra_corrections`` = 10 of ``extra_eps`` = 2e-4.  (An earlier version applied
-ceil(0.025 n) corrections -- one at n = 20, moving the field by ~4e-3: no measurable
-work.)  Corrections cost residual gradients, not network calls: NFE = n (default 20,
-the paper's Burgers row; 100 on Darcy/Kolmogorov/dynamic stall per
-``pcgbench.paper.protocol``).  CoCoGen needs no hard constraints.
+Score from the FM velocity: on z_t = (1 - t) z0 + t z1, z0 ~ N(0, I), E[z0 | z_t = z] = z - t v,
+so Tweedie gives grad log p_t(z) = (t v(z, t) - z) / (1 - t) (``score_from_velocity``).
+Sampler (ours, replacing CoCoGen's VP-SDE for an FM model): Euler-Maruyama, t: 0 -> 1, of
+dz = [v + (g^2 / 2) grad log p_t] dt + g dW, g(t)^2 = 2 c (1 - t), which has the flow's marginals;
+drift v + c (t v - z), no noise at t = 1; ``sde_scale`` c = 1, c = 0 is the probability-flow ODE.
+Corrections (REFERENCES.md "CoCoGen"), in physical units x = decode(z), R = ``task.residual``:
+x <- x - eps grad_x ||R(x)||^2 / max|grad_x ||R(x)||^2| per sample.  CoCoGen applies one
+(eps = 2e-3) after each of its last 50 of 2000 predictor steps (the final 2.5 % of time), then
+10 (eps = 2e-4) after sampling; we keep that total and window at any n: ``corrections`` = 50 of
+``correct_eps`` = 2e-3 spread evenly over the predictor steps in the last ``correct_fraction``
+= 0.025 of [0, 1] (at least the last one: at n = 20 all 50 follow the last step), then
+``extra_corrections`` = 10 of ``extra_eps`` = 2e-4.  Corrections cost residual gradients, not
+network calls: NFE = n (default 20, the paper's Burgers row; 100 on Darcy/Kolmogorov/dynamic
+stall per ``pcgbench.paper.protocol``).  No hard constraints needed.
 """
 
 from __future__ import annotations

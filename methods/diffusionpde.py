@@ -1,46 +1,22 @@
-"""DiffusionPDE-style guidance (Huang et al. 2024) as run in the constrained-PDE suite, on the
-shared FM-OT backbone.
+"""DiffusionPDE-style guidance (Huang et al. 2024) as run in the constrained-PDE suite, on FM-OT.
 
-REFERENCES.md "DiffusionPDE-style guidance (as run in the suite)": Euler steps with the
-average of two velocity evaluations plus a guidance step down the gradient of the
-constraint loss of the extrapolated endpoint.  By default (``step="reference"``) the
-step of the FM port the suite uses (PCFM ``pcfm/ffm_sampler.py`` ``guided_sample``; the
-same in amazon-science/ECI-sampling): for k = 0..n-1, t = k/n, dt = 1/n,
+REFERENCES.md "DiffusionPDE-style guidance (as run in the suite)".  ``step="reference"`` (default)
+is the suite's FM port (PCFM ``pcfm/ffm_sampler.py`` ``guided_sample``, as in amazon-science/
+ECI-sampling); for k = 0..n-1, t = k/n, dt = 1/n:
 
-    v = (v(z, t) + v(z, t + dt)) / 2   (both at the SAME z, detached; v(z, t) alone at
-                                        the last step)
+    v = (v(z, t) + v(z, t + dt)) / 2   (both at the SAME z, detached; v(z, t) alone at the end)
     z1_hat = z + (1 - t) v;  L = sum_b ||h(decode(z1_hat)_b)||^2 + w_res * sum_b mean(R^2)
     z <- z + dt v - eta grad_z L       (v detached: grad_z L = grad L at z1_hat)
-
-``step="heun"`` (ours): a true Heun step, v2 evaluated at
-the predictor z + dt v(z, t), with the guidance gradient taken through the network call
-v(z, t) and the endpoint z + (1 - t) v(z, t).  NFE = 2n - 1 either way (counted).
-
-h are the task's hard constraints and R the task's evaluator
-residual (``task.residual``), both in physical units; ``residual_weight`` = 0 by default
-(constraint guidance only, as in the suite's FM ports).  n = 10 by default, so that the
-NFE, 19, is the paper's DiffusionPDE NFE 20 within one (per-task values: ``pcgbench.
-protocol``).  ``h`` is evaluated on NORMALIZED states (it decodes them itself,
-``BackboneSampler.guidance_objective``); an earlier version decoded twice and so
-minimised h(decode(decode(z))), whose zero is not the data.
-
-**Step size from the Jacobian's spectrum (ours, not the reference's eta = 200).**  For an
-affine h one guidance step multiplies the constraint error by (I - 2 eta J J^T) (exact
-with the detached velocity of the reference step), which is stable iff
-eta < 1 / lambda_max(J J^T).  A fixed eta cannot
-fit every task: lambda_max is ~8 for heat ``cl`` at cpu, ~300 for Kolmogorov's
-divergence, ~1e5 for Darcy's PDE residual.  By default (``guidance`` = None) each sample
-gets eta_b = ``guidance_c`` / lambda_max,b with lambda_max,b estimated by
-``power_iters`` power iterations on J J^T (one VJP + one JVP each) at the first
-extrapolated endpoint of the sampler; ``guidance_c`` = 0.9 keeps 2 eta lambda_max = 1.8 < 2
-(stable; at smoke it lowered heat/Burgers CE more than 0.5, which zeroes the stiffest
-mode in one step but barely moves the softer ones).  An explicit ``guidance`` = eta
-overrides the rule (``guidance = 0`` is the unguided Heun sampler at the same NFE).
-Safeguard (ours): each guidance step is capped per sample at an RMS of ``max_step_rms``
-= 0.1 (normalized units) and dropped if not finite; the record reports the fraction of
-guidance steps that hit the cap (``diffusionpde_clip_fraction``), and the eta and
-lambda_max used.  DiffusionPDE's own EDM sampler and its 80 %/20 % observation/PDE
-schedule are not used (no observations in the generation tasks).
+``step="heun"`` (ours): v2 at the predictor z + dt v(z, t), gradient through v(z, t) and the
+endpoint.  NFE = 2n - 1 (counted); n = 10 gives 19 ~ the paper's 20 (``pcgbench.paper.protocol``).
+h: hard constraints, fed NORMALIZED states (``BackboneSampler.guidance_objective`` decodes);
+R: ``task.residual``; both physical units; w_res = ``residual_weight`` = 0.  Step size (ours, not
+the reference's eta = 200): eta_b = ``guidance_c`` / lambda_max(J J^T)_b from ``power_iters`` power
+iterations per sample at the first extrapolated endpoint (``guidance_c`` = 0.9: 2 eta lambda_max
+= 1.8 < 2, stable for affine h); ``guidance`` = eta overrides (0: unguided, same NFE).  Each
+guidance step is capped per sample at RMS ``max_step_rms`` = 0.1 (normalized) and dropped if not
+finite (ours); the record has ``diffusionpde_clip_fraction``, eta and lambda_max.  DiffusionPDE's
+EDM sampler and 80 %/20 % observation/PDE schedule are unused (no observations in generation).
 """
 
 from __future__ import annotations

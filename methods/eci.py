@@ -1,35 +1,21 @@
 """ECI: extrapolation-correction-interpolation sampling (Cheng et al. 2025) on FM-OT.
 
-For each of n Euler steps (t = k/n, t' = t + 1/n), repeat ``n_mix`` times
-(REFERENCES.md "ECI sampler"; paper App. baseline-mechanisms):
-
-* extrapolate  x1 = x + (1 - t) v(x, t);
-* correct      x1 <- Q(x1), the closed-form orthogonal projection onto the linear
-  constraint set: for affine h(x) = A x - b, Q(x) = x - J^T (J J^T)^-1 h(x) with the
-  constant J = A computed once per ``sample`` call (vmap/jacrev at the first sample) and
-  the projector P = J^T (J J^T)^-1 precomputed.  For Burgers ``mass`` this is exactly the
-  uniform shift of every time slice to the mean of a common level (the mean over slices
-  of the slice means), which is the orthogonal projection (shifting every slice to the
-  initial slice's mean instead keeps u(0) fixed: an oblique projection);
-* interpolate  x = s x1 + (1 - s) eps, with s = t for the first n_mix - 1 repetitions
-  (mixing at the same noise level) and s = t' for the last one (the step).  As in the
-  reference (amazon-science/ECI-sampling, ``models/functional.py`` ``eci_sample``), a
-  counter of repetitions is incremented *before* the test ``cnt % k == 0`` (k =
-  ``resample_step``), so eps is redrawn at repetitions k, 2k, ...: with k = 1 every
-  interpolation, the first included, uses fresh noise; with k > 1 the source serves the
-  first k - 1; 0 = never redraw.
-
-The output is the corrected x1 of the last step (t' = 1, so x = x1 exactly), which
-satisfies the constraints to round-off.  NFE = n * n_mix; defaults n = 20, n_mix = 1
-(the paper's Burgers row: ECI NFE 20), resample_step = 1.
-
-ECI's correction is closed form: by default (``constraints`` empty) it uses the task's
-LINEAR constraints and ignores nonlinear ones (``nonlinear="ignore"``; the record's
-``eci_constraints`` names what was corrected); ``nonlinear="gauss_newton"`` adds our
-extension, ``newton_steps`` undamped Gauss-Newton root steps u <- u - J^T (J J^T)^-1 h(u)
-on all selected constraints jointly after the closed-form correction (then the linear
-ones are re-projected in closed form, a round-off-level change).  Tasks without any
-linear constraint are refused (one line).
+For each of n Euler steps (t = k/n, t' = t + 1/n), ``n_mix`` times (REFERENCES.md "ECI sampler";
+paper App. baseline-mechanisms): extrapolate x1 = x + (1 - t) v(x, t); correct x1 <- Q(x1), the
+closed-form orthogonal projection Q(x) = x - J^T (J J^T)^-1 h(x) onto affine h(x) = A x - b (J = A
+and P = J^T (J J^T)^-1 computed once per ``sample`` call, vmap/jacrev at the first sample; for
+Burgers ``mass``, the uniform shift of every time slice to the mean of the slice means);
+interpolate x = s x1 + (1 - s) eps, s = t for the first n_mix - 1 repetitions, t' for the last.
+As in amazon-science/ECI-sampling (``models/functional.py`` ``eci_sample``) a counter is
+incremented *before* the test ``cnt % k == 0`` (k = ``resample_step``), so eps is redrawn at
+repetitions k, 2k, ... (k = 1: every time, the first included; k > 1: the source serves the first
+k - 1; 0 = never).  Output: the corrected x1 of the last step (t' = 1), feasible to round-off.
+NFE = n * n_mix; defaults n = 20, n_mix = 1 (the paper's Burgers row: ECI NFE 20),
+``resample_step`` = 1.  With ``constraints`` empty the task's LINEAR constraints are corrected and
+nonlinear ones ignored (``nonlinear="ignore"``; the record's ``eci_constraints`` names them);
+``nonlinear="gauss_newton"`` (ours) adds ``newton_steps`` undamped steps u <- u - J^T (J J^T)^-1
+h(u) on all selected constraints after the closed-form step, then re-projects the linear ones.
+Tasks with no linear constraint are refused (one line).
 """
 
 from __future__ import annotations

@@ -1,35 +1,21 @@
-"""FFM: functional flow matching (Kerrigan et al., AISTATS 2024) as run in the
-constrained-PDE suite -- the common pretrained backbone of its sampling-time methods.
+"""FFM: functional flow matching (Kerrigan et al., AISTATS 2024) as run in the constrained-PDE
+suite -- the common pretrained backbone of its sampling-time methods.
 
-REFERENCES.md "Constrained-PDE suite", "Backbone": path x_t = (1 - t) eps + t x, target
-velocity x - eps, t ~ U(0, 1) (the suite's simplified path, sigma_min = 0), with the
-source eps a Gaussian process on the task's grid instead of N(0, I).  Everything else is
-FM-OT's (:mod:`pcgbench.methods.fm_ot`): the same FNO backbone (``field_backbone``:
-unconditional on zero-shot tasks; the FNO appends the unit grid coordinates to its input),
-the same preset budgets, Euler sampling with ``steps`` uniform steps (NFE = steps, counted;
-the suite's unconstrained FFM row integrates with dopri5).
-
-**The prior** (per task in ``TASK_PRIORS``, overridable by ``--set prior=...`` /
-``--set length_scale=...``): a kind in {"matern12", "white"} (default "matern12")
-and a length scale l (default 0.1; a float, or one value per spatial axis), in units
-of the normalized domain: every spatial axis of the field (for the 1-D problems the
-(t, x) axes) is mapped to [0, 1] with grid points s_i = i / (n - 1).
-
-*Construction (ours).*  "matern12" is the separable Matern-1/2 (exponential) kernel
-
-    k(s, s') = prod_a exp(-|s_a - s'_a| / l_a),    variance 1 per point,
-
-independently per channel.  Its covariance is the Kronecker product of the 1-D
-exponential (Ornstein-Uhlenbeck) covariances K_a, so eps = (L_1 x ... x L_d) w with
-w ~ N(0, I) and L_a the Cholesky factor of K_a, applied axis by axis (cost
-O(n_1...n_d (n_1 + ... + n_d)) per draw, exact).  L_a has the closed form of the AR(1)
-recursion e_0 = w_0, e_i = rho e_{i-1} + sqrt(1 - rho^2) w_i, rho = exp(-h / l):
-L[i, 0] = rho^i, L[i, j] = rho^(i-j) sqrt(1 - rho^2) for 1 <= j <= i (cached per axis
-size, length and device).  The isotropic Matern-1/2 of the reference code (gpytorch
-exp(-||s - s'||_2 / l) on the flattened grid) has the same variance, the same
-correlation along each axis and the same roughness; it differs off the axes
-(exp(-(|dt| + |dx|)/l) <= exp(-r/l)).  "white" is N(0, I) (Navier-Stokes); a length far
-below the grid spacing (l << h) tends to white noise too.
+REFERENCES.md "Constrained-PDE suite", "Backbone": x_t = (1 - t) eps + t x, target x - eps,
+t ~ U(0, 1) (sigma_min = 0), the source eps a Gaussian process on the task's grid, not N(0, I).
+All else is FM-OT's (:mod:`pcgbench.methods.fm_ot`): FNO ``field_backbone`` (unconditional on
+zero-shot tasks; unit grid coordinates appended to its input), preset budgets, Euler sampling
+with ``steps`` uniform steps (NFE = steps, counted; the suite's unconstrained FFM row uses dopri5).
+Prior per task in ``TASK_PRIORS`` (``--set prior=...`` / ``--set length_scale=...``): a kind in
+{"matern12" (default), "white"} and a length scale l (default 0.1; a float or one per spatial
+axis) in the normalized domain, every spatial axis ((t, x) for 1-D problems) mapped to [0, 1] with
+s_i = i / (n - 1).  "matern12" (our construction) is the separable Matern-1/2 kernel
+k(s, s') = prod_a exp(-|s_a - s'_a| / l_a), variance 1, independent per channel: eps =
+(L_1 x ... x L_d) w, w ~ N(0, I), applied axis by axis (exact), L_a the Cholesky factor of the
+1-D OU covariance in closed form (AR(1), rho = exp(-h / l)): L[i, 0] = rho^i, L[i, j] =
+rho^(i-j) sqrt(1 - rho^2) for 1 <= j <= i (cached per axis size, length, device).  The reference
+(gpytorch isotropic exp(-||s - s'||_2 / l) on the flattened grid) has the same variance, per-axis
+correlation and roughness, differing off the axes.  "white" is N(0, I) (Navier-Stokes).
 """
 
 from __future__ import annotations

@@ -1,45 +1,22 @@
 """PBFM: physics-based flow matching (Baldan et al. 2025; tum-pbs/PBFM).
 
-Training: the conditional OT path x_t = (1 - t) x0 + t x1 (sigma_min = 0, x0 ~ N(0, I) in
-normalized units) with the flow-matching loss L_FM = E||v(x_t, t) - (x1 - x0)||^2, plus a
-residual loss on the predicted endpoint x^1 reached by ``n`` *differentiable* Euler steps
-of size (1 - t)/n from x_t (the first step reuses the FM prediction v(x_t, t)), as in the
-reference's ``cfm_loss_residual`` (tum-pbs/PBFM, ``*/flow_matching.py``):
-
-    e_b = mean_grid |R(decode(x^1_b))|^p,     L_R = mean_b(t_b) * mean_b(e_b),
-
-R the task's evaluator (``task.residual``) in physical units (``task.normalizer.decode``).
-Per benchmark, as the reference (``REFERENCE_RESIDUAL``): p = 1 on Darcy (mean |R|),
-p = 2 on Kolmogorov (squared divergence) and dynamic stall (squared closures, summed over
-the two closures before the grid mean).  The t-weighting is the reference's broadcast: its
-t [B, 1, 1, 1] times the per-sample error [B] averages to mean(t) * mean(e), a batch
-weight, not a per-sample one (``residual_t_weight="batch"``; ``"sample"`` is our
-per-sample mean_b(t_b e_b), ``"none"`` unweighted).
-The two parameter gradients are combined by ConFIG (``conflictfree.grad_operator.
-ConFIG_update``, the official implementation: unit gradients as rows of U, direction
-U^+ 1, length = sum of projections); when the residual gradient is not finite the
-FM gradient alone is used (as in the reference code).  Unrolling curriculum n = 1 -> 2 ->
-3 -> 4 over the four quarters of training, or a fixed depth with ``unroll``.  An EMA of
-the weights (0.999) is used for sampling: explicit Euler, ``steps`` = 20 (NFE 20).
-
-Choices and departures (all config fields):
-- residual loss on tasks the reference does not cover (Burgers, the KF tasks, the suite,
-  HIT, TMT): p = 1 (mean |R|) with the batch t-weight (our choice); ``residual_power``
-  = 1 or 2 overrides the per-benchmark p everywhere;
-- the condition: the network is fed the task's condition on every task
-  (``conditioned`` = True), the zero-shot constrained-PDE suite included, where the
-  condition is the constraint data (IC, BC values) that the shared FFM backbone never
-  sees; there the residual loss also covers the task's hard constraints h(x, c)
-  (``methods._physics``), the physics the network can see.  The paper retrained PBFM on
-  that suite and its row (CE_IC 0.242 vs FFM 5.79) implies a conditioned model;
-- EMA warm-up: decay min(0.999, (1 + k)/(10 + k)) at update k (``ema_warmup``), since the
-  `smoke`/`cpu` budgets (30/800 updates) are far shorter than the reference's and a plain
-  0.999 EMA would still be dominated by the initial weights; ``ema_warmup=False`` gives the
-  reference's constant 0.999 (initialized as a copy of the weights);
-- backbone, batch, update count and lr are FM-OT's (``preset_backbone`` / ``PRESET_BUDGET``)
-  rather than the reference's DiT, batch 64 and lr 3e-5, so PBFM and FM-OT differ only in
-  the residual term; gradient-norm clipping 1.0 after the ConFIG combination, as in
-  ``pcgbench.training.train_loop`` (the reference does not clip).
+Training: OT path x_t = (1 - t) x0 + t x1 (sigma_min = 0, x0 ~ N(0, I) normalized), L_FM =
+E||v(x_t, t) - (x1 - x0)||^2, plus a residual loss on the endpoint x^1 of ``n`` differentiable
+Euler steps of size (1 - t)/n from x_t (the first reuses v(x_t, t)), as the reference's
+``cfm_loss_residual`` (``*/flow_matching.py``): e_b = mean_grid |R(decode(x^1_b))|^p and
+L_R = mean_b(t_b) * mean_b(e_b), R = ``task.residual`` in physical units.  p as the reference
+(``REFERENCE_RESIDUAL``): 1 on Darcy, 2 on Kolmogorov and dynamic stall (two closures summed
+before the grid mean); 1 elsewhere (ours); ``residual_power`` overrides.  The reference's t-weight
+is a batch weight (``residual_t_weight="batch"``; "sample": mean_b(t_b e_b); "none").  ConFIG
+(``use_config``; ``conflictfree.grad_operator.ConFIG_update``) combines the gradients, FM's alone
+if the residual one is not finite (as the reference).  Unroll n = 1 -> 2 -> 3 -> 4 over the training
+quarters, or fixed ``unroll``.  Sampling: EMA (0.999) weights, Euler, ``steps`` = 20 (NFE 20).
+Departures (config fields): ``conditioned`` = True feeds the condition on every task, the zero-shot
+suite included, where L_R also covers the hard constraints h(x, c) (``methods._physics``);
+``ema_warmup``: decay min(0.999, (1 + k)/(10 + k)) at update k (False: constant 0.999 from a copy
+of the weights); FM-OT's backbone, batch, updates, lr (``preset_backbone``, ``PRESET_RECIPE``), not
+the reference's DiT, batch 64, lr 3e-5, so PBFM and FM-OT differ only in L_R; gradient-norm
+clipping 1.0 after ConFIG (the reference does not clip).
 """
 
 from __future__ import annotations

@@ -1,32 +1,21 @@
 """PCFM: physics-constrained flow matching (Utkarsh et al. 2025) on the shared FM-OT backbone.
 
-Per Euler step k = 0..n-1, t = k/n, t' = t + 1/n (REFERENCES.md "PCFM sampler"; the
-facts match ``pcfm/pcfm_sampling.py`` of cpfpengfei/PCFM):
-
-1. v = f(t, u);  shoot u1 = u + (1 - t) v;
-2. Gauss-Newton projection u1 <- u1 - J^T (J J^T + 1e-6 c I)^-1 h(u1), ``newton_steps``
-   times (paper App. baseline-mechanisms; J = dh/du, batched by vmap of jacrev, or by
-   coloured forward mode for structural stencil constraints, ``jacobian="auto"``);
-3. u_hat = (1 - t') u0 + t' u1 (u0 the initial noise of this trajectory);
-4. relaxed correction (``relaxed=True``): ``relax_iters`` gradient steps of size
-   ``relax_step`` on ||u - u_hat||^2 + lam ||h(u + gamma v)||^2 from u = u_hat, both
-   terms in the data's physical units as in the reference (our state u is normalized,
-   u = (x - mu) / sigma, so the distance is scaled by sigma^2: in normalized units the
-   objective is ||u - u_hat||^2 + (lam / sigma^2) ||h||^2, sigma^2 the mean over channels
-   of the normalizer's variance; an earlier version used lam unscaled, whose strength
-   then varied with the data's scale),
-   gamma = max(1 - t', 1e-3) (lam = 1, step 1e-2, 20 iterations: the reference's
-   defaults when the relaxed ("guided") interpolation is on); u <- the result.  Our
-   safeguard: a step that increases a sample's objective is rejected and its step
-   halved (the fixed step diverges on stiff constraints such as Darcy's PDE residual).
-
-After the last step a final projection of the output, the Newton iteration of
-min ||u - u_out||^2 s.t. h(u) = 0 without damping (``final_newton_steps``; exact in one
-step for linear h), makes the hard constraints hold to solver precision.
-NFE = n (one network call per step).  Default n = 20 as in the paper's Burgers row
-(Table sampling-quality-cost: PCFM NFE 20).  Constraints are evaluated in physical
-units; projections are orthogonal in normalized units (see ``_sampling``).  Linear
-constraints use one shared Jacobian per ``sample`` call.
+Per Euler step k = 0..n-1, t = k/n, t' = t + 1/n (REFERENCES.md "PCFM sampler"; as in
+``pcfm/pcfm_sampling.py`` of cpfpengfei/PCFM): (1) v = f(t, u), shoot u1 = u + (1 - t) v;
+(2) Gauss-Newton projection u1 <- u1 - J^T (J J^T + 1e-6 c I)^-1 h(u1), ``newton_steps`` times
+(paper App. baseline-mechanisms; J = dh/du by vmap of jacrev, or coloured forward mode for
+structural stencil constraints, ``jacobian="auto"``); (3) u_hat = (1 - t') u0 + t' u1, u0 this
+trajectory's initial noise; (4) ``relaxed=True``: u <- ``relax_iters`` gradient steps of size
+``relax_step`` on ||u - u_hat||^2 + lam ||h(u + gamma v)||^2 from u_hat, gamma = max(1 - t', 1e-3)
+(lam = 1, step 1e-2, 20 iterations: the reference's "guided" defaults).  Both terms are in physical
+units as in the reference, i.e. (lam / sigma^2) ||h||^2 in our normalized u = (x - mu) / sigma,
+sigma^2 the channel mean of the normalizer's variance.  Our safeguard: a step that increases a
+sample's objective is rejected and its step halved.  Finally an undamped Newton projection of the
+output onto h = 0 (min ||u - u_out||^2, ``final_newton_steps``; one step is exact for linear h)
+makes the hard constraints hold to solver precision.  NFE = n, default 20 (Table
+sampling-quality-cost, Burgers: PCFM NFE 20).  Constraints are evaluated in physical units,
+projections orthogonal in normalized units (``_sampling``); linear ones share one Jacobian per
+``sample`` call.
 """
 
 from __future__ import annotations

@@ -1,35 +1,22 @@
-"""PCFT: physics-constrained fine-tuning of a flow-matching model by Adjoint Matching
-(Tauberschmidt et al., ICLR 2026; jantauberschmidt/PCFT).
+"""PCFT: physics-constrained FM fine-tuning by Adjoint Matching (Tauberschmidt et al., ICLR 2026).
 
-Starts from the cached FM-OT model of the same (task, preset, seed)
-(``pretrained_name`` "fm_ot", injected by the runner): its network is the frozen *base*
-velocity v_base, a deep copy is fine-tuned (v_ft).  Each update:
-
-1. memoryless SDE rollout of the fine-tuned model on t_k = k/N (N = ``steps`` = 100):
-   eta(t) = (1 - t + 0.01)/(t + 0.01), sigma(t) = sqrt(2 (1 - kappa) eta(t)), kappa = 0.9,
-   x_{k+1} = x_k + h b_ft(x_k, t_k) + sqrt(h) sigma(t_k) z with
-   b = v + sigma^2/(2 eta) (v - x/(t + h)); the last step is plain Euler;
-2. lean adjoint backward along that trajectory with the *base* drift:
-   a_N = lambda_x grad_x r(x_N), a_k = a_{k+1} + h (d b_base(x_k, t_k)/dx)^T a_{k+1};
-3. loss mean over samples and over the times S (``n_random`` = 20 random indices of the
-   first ``tail_start`` = 80 % plus every index of the last 20 %) of
-   min(||(b_ft - b_base)/sigma + sigma a||^2, 1.6 lambda_x^2) (the reference's clamp),
-   with 1/(t + 0.01) in b; AdamW, gradient-norm clipping 1.0.
-
-Terminal penalty r(x) = grid mean of the squared **strong-form** residual of the task's
-own evaluator, R(decode(x))^2 (``task.residual`` in physical units, x normalized), plus,
-on the zero-shot suite, the mean squared hard constraints h(x, c) (``methods._physics``).
-The fine-tuned network is fed the condition on every task (``conditioned``): on the suite
-the FM-OT base ignores it, so the fine-tuned copy is the base's weights with a
-zero-initialized condition path (``backbones.load_into_conditioned``; it starts equal to
-the base and can learn to meet the IC/BC it is given).
-**This departs from the paper**, which uses a weak-form residual on random compactly
-supported Wendland test functions (H^1-normalized); the weak form is not implemented here,
-so lambda_x = 1000 (the paper's default) acts on a differently scaled residual.
-Inference: 100-step explicit Euler of v_ft (NFE 100, counted).  Budgets: the reference
-uses batch 15 and lr 2e-5 for 200 updates of 8 rollouts; the ``paper`` preset uses 200
-updates of one rollout with 100 steps (one update costs ~300 network passes); ``cpu`` uses
-batch 15, 20 updates, 20 rollout/inference steps and 8 random loss times.
+Reference: jantauberschmidt/PCFT.  Base: the cached FM-OT model of the same (task, preset, seed)
+(``pretrained_name`` "fm_ot", set by the runner), frozen as v_base; a copy v_ft is fine-tuned.
+Per update: (1) memoryless SDE rollout of v_ft on t_k = k/N (N = ``steps`` = 100), eta(t) =
+(1 - t + 0.01)/(t + 0.01), sigma(t) = sqrt(2 (1 - kappa) eta(t)), kappa = 0.9, x_{k+1} = x_k +
+h b_ft(x_k, t_k) + sqrt(h) sigma(t_k) z, b = v + sigma^2/(2 eta) (v - x/(t + h)), last step Euler;
+(2) lean adjoint backward with the *base* drift: a_N = lambda_x grad_x r(x_N),
+a_k = a_{k+1} + h (d b_base(x_k, t_k)/dx)^T a_{k+1}; (3) loss, mean over samples and times S
+(``n_random`` = 20 random indices of the first ``tail_start`` = 80 %, all of the last 20 %), of
+min(||(b_ft - b_base)/sigma + sigma a||^2, 1.6 lambda_x^2) (the reference's clamp), 1/(t + 0.01)
+in b; AdamW, gradient-norm clipping 1.0.  r(x) = grid mean of R(decode(x))^2, the **strong-form**
+residual of ``task.residual`` (physical units), plus on the zero-shot suite the mean squared hard
+constraints h(x, c) (``methods._physics``); ``conditioned``: v_ft sees the condition on every
+task (on the suite via a zero-initialized condition path, ``backbones.load_into_conditioned``).
+**Departs from the paper**: no weak-form residual on Wendland test functions, so lambda_x = 1000
+(``lam_x``, the paper's default) scales a different residual.  Inference: 100-step Euler of v_ft
+(NFE 100, counted).  Reference budget: batch 15, lr 2e-5, 200 updates of 8 rollouts; ``paper``:
+200 updates of one 100-step rollout; ``cpu``: batch 15, 20 updates, 20 steps, 8 random times.
 """
 
 from __future__ import annotations

@@ -1,47 +1,22 @@
 """PMosFM: preconditioned manifold one-step flow matching (paper Sec. 3.3, Algs. 1-3).
 
-Training (Alg. 2): encode the training fields on the task's chart, y1 = eta_c(x1);
-fix the geometric preconditioner r = C_c (y - mu_c) (Eq. preconditioned-coordinate) and
-the input whitening P_{s,c} (Eq. input-preconditioner); then minimise
-
-    gamma * L_FM + (1 - gamma) * L_PE                          (Eq. pmosfm-loss)
-
-with the two-time map T^{s,t}(r) = r + (t - s) u_theta(P_s (r - m_s), s, t, c)
-(Eq. two-time-map), the diagonal flow-matching anchor
-L_FM = ||u(P_s(r_s - m_s), s, s) - w||^2 / (2m) (Eq. diagonal-fm-loss) and the physical
-endpoint loss L_PE = ||Psi(a) - sg Psi(b)||^2_{M_h} / (2 m delta (t - s))
-(Eq. physical-endpoint-loss), a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s + delta w).
-Sampling (Alg. 3): r1 = T^{0,1}(r0), x1 = Psi(r1) = chi(mu + C^-1 r1): one network call.
-The training loss is pluggable (``objective``, :mod:`pcgbench.methods.onestep`): the
-paper's one-step ablation trains the same map with MeanFlow, iMF, Shortcut, SoFlow,
-Drifting or W-Flow instead of Eq. pmosfm-loss ("native", the default, in
-:mod:`pcgbench.methods.onestep.native`).
-
-Choices where the paper is silent (all config fields, see ``PMosFMConfig``):
-- physical metric M_h: per-channel 1/std^2 of the training data (normalized units)
-  times m / (field size), so ||.||^2_{M_h} / m is the grid mean of the squared
-  normalized error and r-coordinates have unit scale when G~ = I;
-- (s, t, delta): s < t uniform on the triangle (sorted pair of uniforms), with a share
-  ``endpoint_share`` of draws set to (0, 1), the map used at sampling; delta uniform in
-  ``delta_range`` x (t - s), default (0.01, 0.1): L_PE's stop-gradient target
-  T^{s+delta,t}(r_s + delta w) averages over the random w = r1 - r0, so its minimiser is
-  the flow map only up to O(delta) (Eq. app-semigradient-limit); with delta a sizeable
-  fraction of t - s the minimiser regresses T^{0,1} toward the conditional mean and the
-  one-step samples lose spread (a mode of r-variance sigma^2 = 87 keeps ~1/3 of its
-  amplitude at delta/(t-s) ~ U(0.05, 0.95), ~0.8 at U(0.01, 0.1); U(0.001, 0.01) is
-  nearly unbiased but diverged on Darcy's solver decoder); a share ``diagonal_share`` of draws has
-  t = s and then contributes only to L_FM;
-- source p0 = N(0, I) in r-coordinates, the same for every condition (the paper's);
-- conditional statistics: one scalar condition -> quantile-binned whitening; otherwise
-  pooled (documented in docs/protocols.md).
-
-``pmosfm`` is the published algorithm at every preset: the paper's exact P_s
-(``whitening="full"``, every eigenpair), the unit N(0, I) source, no spread term, and
-sampling through the chart's own decoder (Darcy: K CG iterations, App. chart-tolerance).
-``pmosfm_tuned`` (:class:`PMosFMTuned`) is the same class with this project's measured
-improvements as its defaults (``TUNED_DEPARTURES``: the data's spectrum as the source,
-a spread-matching term, P_s only on field-conditioned tasks and low-rank there, the
-exact decoder limit at sampling); both record their resolved choices in ``method_info``.
+Training (Alg. 2): y1 = eta_c(x1) on the task's chart, fixed r = C_c (y - mu_c)
+(Eq. preconditioned-coordinate) and input whitening P_{s,c} (Eq. input-preconditioner); minimise
+gamma L_FM + (1 - gamma) L_PE (Eq. pmosfm-loss) for T^{s,t}(r) = r + (t - s) u_theta(P_s (r - m_s),
+s, t, c) (Eq. two-time-map), L_FM = ||u(P_s(r_s - m_s), s, s) - w||^2 / (2m) (Eq. diagonal-fm-loss),
+L_PE = ||Psi(a) - sg Psi(b)||^2_{M_h} / (2 m delta (t - s)) (Eq. physical-endpoint-loss),
+a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s + delta w).  ``objective`` swaps the loss
+(:mod:`pcgbench.methods.onestep`; default "native").  Sampling (Alg. 3): r1 = T^{0,1}(r0),
+x1 = Psi(r1) = chi(mu + C^-1 r1): one network call.
+Ours where the paper is silent (``PMosFMConfig``): M_h = per-channel 1/std^2 (normalized units)
+x m / field size; s < t sorted uniforms, ``endpoint_share`` of draws at (0, 1), ``diagonal_share``
+at t = s (L_FM only); delta ~ U(``delta_range``, default (0.01, 0.1)) x (t - s), whose L_PE
+minimiser is the flow map only up to O(delta) (Eq. app-semigradient-limit); p0 = N(0, I) in r for
+every condition; one scalar condition -> quantile-binned whitening, else pooled.
+``pmosfm`` is the published algorithm at every preset (``whitening="full"`` exact P_s, N(0, I)
+source, no spread term, the chart's own decoder: Darcy K CG iterations, App. chart-tolerance);
+``pmosfm_tuned`` (:class:`PMosFMTuned`) defaults to ``TUNED_DEPARTURES`` (data-spectrum source,
+spread term, low-rank P_s only on field-conditioned tasks, exact decoder); both set ``method_info``.
 """
 
 from __future__ import annotations

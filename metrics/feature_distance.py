@@ -1,40 +1,21 @@
 """Fréchet distance of encoder features: ``feature_fd`` (a fixed random-CNN suite encoder).
 
-The constrained-PDE suite reports FPD, the Fréchet distance
-FD = ||mu_1 - mu_2||^2 + Tr(S_1 + S_2 - 2 (S_1 S_2)^(1/2)) of Gaussian fits to features
-of the pretrained Poseidon-B encoder (mean of its last hidden state; a 1-D problem's
-(nt, nx) array treated as an image; REFERENCES.md "Constrained-PDE suite", "Metrics").
-Poseidon's weights cannot be downloaded here, so ``feature_fd`` uses a different,
-download-free encoder and is NOT comparable with the paper's FPD numbers (its display
-name says so; the leaderboard never puts the two in one row).
-
-**Suite encoder (ours): fixed random convolutional features.**  Every field [C, *spatial]
-(spatial = (nt, nx) for the 1-D problems, (nt, ny, nx) for Navier-Stokes) is
-
-1. standardized per channel by the REFERENCE set's mean and std (pooled over samples and
-   grid points), so the features do not depend on physical units;
-2. resampled (linear / bilinear / trilinear, corners aligned) to a canonical grid
-   (256; 64 x 64; 16 x 32 x 32), so presets with different resolutions see the same
-   physical scales, and given d coordinate channels in [-1, 1] (position enters the
-   features, as the positional embeddings do in a transformer encoder);
-3. passed through three random conv blocks (kernel 3, zero padding, widths 16, 32, 32,
-   ReLU, 2x average pooling), weights N(0, 2 / fan_in) and biases N(0, 0.5^2) drawn once
-   from a fixed seed (``ENCODER_SEED``), then averaged over space: 32 features;
-4. centred by the reference features' mean and divided by their RMS deviation (one
-   scale for all features: per-feature standardization blew up nearly dead ReLU
-   features, whose reference spread is tiny, in our trials).
-
-FD is then computed on these 32-dimensional features.  Limits: random features are
-generic local-texture and position statistics, not learned physics; the value depends on
-the encoder seed, is asymmetric (the reference sets the scales) and, like every FD,
-is biased upward by finite samples (the covariance of 32 features needs N >> 32 rows:
-compare with the leaderboard's ``data`` column, the same estimator on real val vs test
-data, as the floor).
-
-**Poseidon FPD** (``fpd_poseidon``): would load a user's local Poseidon-B checkpoint
-(environment variable ``PCGBENCH_POSEIDON_CHECKPOINT``).  Not provided: the encoder
-needs Poseidon's own ``scOT`` package, which is not on PyPI and cannot be installed or
-tested here, so the metric stops with a one-line error naming what is missing.
+FD = ||mu_1 - mu_2||^2 + Tr(S_1 + S_2 - 2 (S_1 S_2)^(1/2)) of Gaussian fits to features.  The
+constrained-PDE suite's FPD uses the pretrained Poseidon-B encoder (mean of its last hidden state;
+1-D (nt, nx) arrays as images; REFERENCES.md "Constrained-PDE suite", "Metrics"); its weights
+cannot be downloaded here, so ``feature_fd`` uses a download-free encoder (ours) and is NOT
+comparable with the paper's FPD (its display name says so; never in one leaderboard row).
+Each field [C, *spatial] ((nt, nx) 1-D, (nt, ny, nx) Navier-Stokes) is (1) standardized per
+channel by the REFERENCE set's mean and std (pooled over samples and grid); (2) resampled
+(multi)linearly, corners aligned, to a canonical grid (256; 64 x 64; 16 x 32 x 32) with d
+coordinate channels in [-1, 1] added; (3) passed through three random conv blocks (kernel 3, zero
+padding, widths 16, 32, 32, ReLU, 2x average pooling; weights N(0, 2 / fan_in), biases
+N(0, 0.5^2), seed ``ENCODER_SEED``) and averaged over space; (4) the 32 features are centred by
+the reference features' mean and divided by their RMS deviation (one scale for all).  The value
+depends on the seed, is asymmetric (the reference sets the scales) and is biased up by finite
+samples (the leaderboard's ``data`` column, real val vs test, is the floor).
+``fpd_poseidon`` would load a local Poseidon-B checkpoint (``PCGBENCH_POSEIDON_CHECKPOINT``) but
+needs Poseidon's ``scOT`` package (not on PyPI), so it stops with a one-line error.
 """
 
 from __future__ import annotations

@@ -39,11 +39,13 @@ import csv
 import math
 import re
 import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
 from pcgbench.leaderboard.tables import is_ok
+from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import METHODS, TASKS
 
 MIN_SEEDS = 3
@@ -107,19 +109,20 @@ def against(claim: Claim) -> tuple[str, ...]:
 
 
 # -- values ---------------------------------------------------------------------------------
-def record_value(record: dict[str, Any], name: str) -> float | None:
+def record_value(record: Mapping[str, Any], name: str) -> float | None:
     """One number of a run record: a metric, ``nfe``, or the timing/memory fields
     ``seconds_per_sample`` / ``seconds_per_update`` / ``peak_mb``."""
+    record = RunRecord.from_json(record)
     if name == "seconds_per_sample":
-        v = (record.get("inference") or {}).get("seconds_per_sample")
+        v = record.inference.get("seconds_per_sample")
     elif name == "seconds_per_update":
-        v = (record.get("training") or {}).get("seconds_per_update")
+        v = record.training.get("seconds_per_update")
     elif name == "peak_mb":
-        v = (record.get("memory") or {}).get("train_peak_mb")
+        v = record.memory.get("train_peak_mb")
     elif name == "nfe":
-        v = record.get("nfe")
+        v = record.nfe
     else:
-        v = (record.get("metrics") or {}).get(name)
+        v = record.metric(name)
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -138,24 +141,22 @@ def _split(column: str, method: str) -> tuple[str, str | None]:
     return column, None
 
 
-def seed_records(records: list[dict], task: str, preset: str, device: str, column: str,
-                 method: str = "pmosfm") -> list[dict]:
+def seed_records(records: Iterable[Mapping[str, Any]], task: str, preset: str, device: str,
+                 column: str, method: str = "pmosfm") -> list[RunRecord]:
     """The latest ok, non-stale record per seed of one column (a method's default
     config, or ``name[variant]``) on (task, preset, device kind)."""
     name, variant = _split(column, method)
-    latest: dict[Any, dict] = {}
-    for r in records:
-        if (r.get("task") != task or r.get("preset") != preset or r.get("method") != name
-                or (r.get("variant") or None) != variant or not is_ok(r)
-                or str(r.get("device_kind", "cpu")) != device):
+    latest: dict[int, RunRecord] = {}
+    for r in as_records(records):
+        if (r.task != task or r.preset != preset or r.method != name
+                or r.variant != variant or not is_ok(r) or r.device_kind != device):
             continue
-        seed = r.get("seed", 0)
-        if seed not in latest or r.get("finished", "") >= latest[seed].get("finished", ""):
-            latest[seed] = r
+        if r.seed not in latest or r.finished >= latest[r.seed].finished:
+            latest[r.seed] = r
     return list(latest.values())
 
 
-def _values(recs: list[dict], metric: str) -> list[float]:
+def _values(recs: Iterable[Mapping[str, Any]], metric: str) -> list[float]:
     return [v for v in (record_value(r, metric) for r in recs) if v is not None]
 
 
@@ -268,7 +269,7 @@ def bench_columns(bench: list[dict], task: str, preset: str, device: str, metric
 
 
 def timing_line(claim: Claim, task: str, preset: str, device: str, method: str,
-                records: list[dict], bench: list[dict]) -> tuple[str, str, str]:
+                records: list[RunRecord], bench: list[dict]) -> tuple[str, str, str]:
     """(ours, verdict, data) of a ``bench_lower_each`` claim on one task."""
     from pcgbench.benchrecords import describe_load
 
@@ -281,7 +282,7 @@ def timing_line(claim: Claim, task: str, preset: str, device: str, method: str,
         others = {c: _values(seed_records(records, task, preset, device, c, method), metric)
                   for c in cols}
         devices = sorted({str(r.get("device")) for r in mine_recs}) or ["cuda"]
-        loads = [r.get("load") for r in mine_recs if r.get("load")]
+        loads = [r.load for r in mine_recs if r.load]
         data = (f"GPU run records ({', '.join(devices)}); "
                 + (describe_load({"runs": loads}) if loads else "load not recorded"))
         return (*lower_each(mine, others, task), data)
@@ -299,7 +300,7 @@ def timing_line(claim: Claim, task: str, preset: str, device: str, method: str,
 
 
 # -- one claim, one task ---------------------------------------------------------------------
-def judge(claim: Claim, task: str, preset: str, device: str, records: list[dict],
+def judge(claim: Claim, task: str, preset: str, device: str, records: list[RunRecord],
           bench: list[dict], method: str = "pmosfm") -> tuple[str, str, str]:
     """(ours, verdict, data) of one claim on one task."""
     runs = f"{device} run records"
@@ -362,16 +363,15 @@ def provenance(task: str, preset: str) -> str:
     return fn(preset) if callable(fn) else ""
 
 
-def regime_notes(records: list[dict], tasks: list[str], preset: str, device: str = "cpu"
-                 ) -> list[str]:
+def regime_notes(records: Iterable[Mapping[str, Any]], tasks: list[str], preset: str,
+                 device: str = "cpu") -> list[str]:
     """The regime each audited task's verdicts were reached in: the leaderboard's notes on
     columns whose WD or energy distance exceed 2x the data floor
     (:func:`pcgbench.leaderboard.tables.backbone_notes`), computed from the same records
     (this preset, this device kind; the data column whatever its kind), one line each."""
     from pcgbench.leaderboard.tables import backbone_notes, group_records, summary_frame
 
-    mine = [r for r in records if r.get("method") == "data"
-            or str(r.get("device_kind") or "cpu") == device]
+    mine = [r for r in as_records(records) if r.method == "data" or r.device_kind == device]
     groups = group_records(mine)
     out = []
     for task in tasks:
@@ -383,11 +383,12 @@ def regime_notes(records: list[dict], tasks: list[str], preset: str, device: str
     return out
 
 
-def audit_rows(records: list[dict], preset: str, device: str = "cpu",
+def audit_rows(records: Iterable[Mapping[str, Any]], preset: str, device: str = "cpu",
                bench: list[dict] | None = None, method: str = "pmosfm"
                ) -> list[dict[str, str]]:
     """One row per (claim, task): id, quote, location, test, task, ours, verdict, data,
     provenance; ``ablation_lowest`` claims add a "most benchmarks" row."""
+    records = as_records(records)
     rows = []
     for claim in load_claims():
         tasks = claim.tasks or ("-",)

@@ -36,6 +36,7 @@ from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
 from pcgbench.paper.protocol import protocol_for, protocol_overrides
 from pcgbench.presets import check_preset
+from pcgbench.record import SCHEMA_VERSION, RecordError, RunRecord
 from pcgbench.registry import METHODS, METRICS, TASKS
 from pcgbench.storage import (
     atomic_write,
@@ -56,7 +57,7 @@ from pcgbench.timing import (
     synchronize,
 )
 
-RECORD_VERSION = 1
+RECORD_VERSION = SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -692,20 +693,21 @@ def reference_metrics(task: Task) -> tuple[dict[str, float], dict[str, float], s
     return means, stds, note
 
 
-def write_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+def write_record(path: Path, record: dict[str, Any]) -> RunRecord:
     """Write a run record atomically with its content digest (``digest``,
     :func:`pcgbench.storage.record_digest`); metrics outside their declared ``bounds``
-    are refused.  Returns the record as written."""
+    and ill-typed fields (:func:`pcgbench.record.record_problem`) are refused.  Returns the
+    record as written."""
     record = _json_safe(record)
     for name, value in (record.get("metrics") or {}).items():
         if name in METRICS and isinstance(value, int | float):
             metric_value(name, value)
-    record = seal_record(record)
-    atomic_write_json(path, record)
-    return record
+    written = RunRecord.from_json(seal_record(record), str(path))
+    atomic_write_json(path, written.to_json())
+    return written
 
 
-def run(opts: RunOptions) -> tuple[dict[str, Any], Path, bool]:
+def run(opts: RunOptions) -> tuple[RunRecord, Path, bool]:
     """Execute one run.  Returns (record, path, skipped)."""
     check_preset(opts.preset)
     if not 0 <= opts.seed < 2**32:
@@ -824,7 +826,7 @@ def warn_budget(task: Task, method: Method, opts: RunOptions) -> None:
                   f"{estimate}; --max-minutes bounds the run", stacklevel=2)
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
+def _read_record(path: Path) -> RunRecord | None:
     """The stored record, or None when there is none or it is unreadable (a corrupt
     record does not block a rerun; it is replaced, with a warning)."""
     if not path.exists():
@@ -835,8 +837,8 @@ def _read_record(path: Path) -> dict[str, Any] | None:
             raise ValueError("not a run record")
         if "digest" in record and record["digest"] != record_digest(record):
             raise ValueError("its content does not match its digest (edited or damaged)")
-        return record
-    except (OSError, ValueError) as exc:
+        return RunRecord.from_json(record, str(path))
+    except (OSError, ValueError, RecordError) as exc:
         import warnings
 
         warnings.warn(f"run record {path} is unreadable ({exc}); rerunning", stacklevel=2)
@@ -993,7 +995,7 @@ def diagnostic_samples(method: Method, task: Task, test: Any, opts: RunOptions,
 
 def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
              key: dict[str, Any], path: Path, ckpt: Path, variant: str | None
-             ) -> tuple[dict[str, Any], Path, bool]:
+             ) -> tuple[RunRecord, Path, bool]:
     started = environment.now()
     t_start = time.perf_counter()
     task.check_splits()  # finite, non-empty and disjoint splits before any fit

@@ -78,11 +78,11 @@ def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
         load_plugin(module)
     t0 = time.perf_counter()
     record, path, skipped = run(opts)
-    metrics = record.get("metrics", {})
+    metrics = record.metrics
     head = next(iter(metrics.items()), None)
     detail = "" if head is None else (f"{head[0]} {head[1]:.4g}" if isinstance(head[1], float)
                                       else f"{head[0]} {head[1]}")
-    status = record.get("status", "ok")
+    status = record.status
     # "exists": recorded ok by an earlier or concurrent identical run (not a failure)
     return {"status": "exists" if skipped and status == "ok" else status,
             "detail": detail, "seconds": time.perf_counter() - t0, "record": str(path)}

@@ -1,31 +1,18 @@
-"""Reading the constrained-PDE suite's published HDF5 files (``--data-file``).
+"""Reading the constrained-PDE suite's published HDF5 files (``--data-file``) into our layouts.
 
-The PCFM code base (``cpfpengfei/PCFM``, ``datasets/generate_*``) writes one HDF5 file per
-split; these helpers read them into the layout of our tasks (facts read from its
-generators and dataset classes, no code taken):
-
-* Burgers IC/BC: ``u [A, B, nx, nt]`` float32 with 1-D datasets ``ic`` (front locations
-  p), ``bc`` (inflow values), ``x``, ``t``.  The file written by
-  ``generate_burgers_dataset`` is IC-major; the BC-task sampling set
-  (``generate_burgers_dataset_diffBCs``) is BC-major.  The order is read off the data,
-  not the file name: the inflow node equals ``bc`` exactly for ``t > 0`` and the first
-  time slice is the front IC of ``ic`` (:meth:`BurgersSuiteTask.file_order`).
-* Reaction-diffusion: ``u [N_ic, N_bc, nx, nt]``, ``ic [N_ic, nx]``, ``bc [N_bc, 2]``
-  (g_L, g_R), ``x`` (cell centres), ``t``, attributes ``rho`` and ``nu``.
-* Navier-Stokes: ``u [nw, nf, s, s, nt]`` with ``u[..., i, j, m] = w(x_i, y_j, t_m)``
-  (the solver's first spatial axis carries the x wavenumbers), snapshot 0 = the initial
-  vorticity; ``a [nw, s, s]`` (initial vorticities) and ``f [nf, s, s]`` (forcings).
-
-``--data-file`` names one file per split: a path containing ``{split}`` (e.g.
-``data/burgers_{split}.h5``) or a directory holding ``train.h5``, ``val.h5``, ``test.h5``.
-
-**Validation set and the ``data`` reference** (:class:`PcfmSuiteFiles`).  The ``data``
-column compares an independent draw with the test set *per condition group*, so it
-needs val rows with the test set's fixed conditions.  PCFM's generators write no such
-file (its 30 x 30 "test" file has other conditions).  At load, a val file is checked to
-hold every test group's condition; when there is no val file, or it does not match, val
-is the first half (``floor(M/2)``) of every test group's M members and the ``data``
-reference compares it with the second halves (a warning; the record's ``note`` and
+Facts from the PCFM code base (``cpfpengfei/PCFM``, ``datasets/generate_*``; no code taken).  One
+file per split: a path containing ``{split}`` (e.g. ``data/burgers_{split}.h5``) or a directory
+with ``train.h5``, ``val.h5``, ``test.h5``.
+* Burgers IC/BC: ``u [A, B, nx, nt]`` float32, 1-D ``ic`` (front locations p), ``bc`` (inflow
+  values), ``x``, ``t``; IC-major (``generate_burgers_dataset``) or BC-major (``..._diffBCs``),
+  read off the data, not the file name (:meth:`BurgersSuiteTask.file_order`).
+* Reaction-diffusion: ``u [N_ic, N_bc, nx, nt]``, ``ic [N_ic, nx]``, ``bc [N_bc, 2]`` (g_L, g_R),
+  ``x`` (cell centres), ``t``, attributes ``rho`` and ``nu``.
+* Navier-Stokes: ``u [nw, nf, s, s, nt]``, ``u[..., i, j, m] = w(x_i, y_j, t_m)``, snapshot 0
+  the initial vorticity; ``a [nw, s, s]`` (initial vorticities), ``f [nf, s, s]`` (forcings).
+Validation (:class:`PcfmSuiteFiles`): a val file must hold every test group's condition; if it
+does not, or is absent, val is the first ``floor(M/2)`` of every test group's M members and the
+``data`` reference compares it with the second halves (a warning; the record's ``note`` and
 ``data_notes`` say so).  Methods are still scored on the whole test set.
 """
 

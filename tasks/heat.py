@@ -1,42 +1,19 @@
-"""1-D heat equation, constrained-PDE suite (PCFM protocol; PMosFM paper Appendix
-"Zero-shot constrained-PDE reference", Table zero-shot-constrained-pde, "Heat Equation").
+"""1-D heat equation, constrained-PDE suite (PCFM protocol; PMosFM paper Appendix "Zero-shot
+constrained-PDE reference", Table zero-shot-constrained-pde, "Heat Equation").
 
-Fields are the exact solutions ``u(t, x) = sin(x + phi) exp(-nu t)`` of
-``u_t = nu u_xx`` on the periodic grid ``x_j = 2 pi j / nx`` and ``t_i = i/(nt - 1)``
-(``t in [0, 1]``), ``nu ~ U[1, 5]``, ``phi ~ U[0, pi]`` (the PCFM reference's heat
-dataset), stored float32 ``[N, 1, nt, nx]`` (time first).
-
-**Conditions.** ``cond`` [N, nx] = the prescribed initial values ``u(0, x_j)``; the task is
-zero-shot (``TaskSpec.zero_shot``): shared flow backbones ignore it and the sampling-time
-methods impose it through the constraints.
-
-**Splits.** train: ``n_train`` independent ``(phi, nu)`` draws.  val / test (the sampling
-sets): ``n_groups`` fixed initial conditions (``phi`` from ``seed_groups``, the same for
-val and test) x ``per_group_*`` draws of ``nu`` (per-split seeds), rows ordered group by
-group, all rows of a group sharing one ``cond`` row.  The PCFM code samples heat data
-on the fly and publishes no sampling-set sizes; ``paper`` uses 5000 train and
-20 x 50 = 1000 for val and test (20 fixed conditions as in the suite's other sampling
-sets).
-
-**Constraints** (PCFM ``Residuals``: ``ic_residual``, ``mass_residual_heat``):
-``ic`` = ``u(0, .) - cond`` ``[N, nx]``; ``cl`` = ``dx sum_j u(t_n, x_j) - dx sum_j
-u(0, x_j)`` for ``n = 1..nt-1`` ``[N, nt - 1]`` (``dx = 2 pi/nx``; the sample's own
-initial slice as reference, as in PCFM).  Both are linear.  On the data ``ic`` is exactly
-0 and ``cl`` is float32 round-off (every slice of a whole-period sine sums to 0).
-
-**Evaluator ``re``.** The diffusivity is not part of the condition, so the residual is
-the heat residual at the per-sample best-fitting diffusivity (variable projection):
-``r = u_t - nu* u_xx``, ``nu* = max(0, <u_t, u_xx>/<u_xx, u_xx>)`` (least squares over the
-whole sample, clipped to the physical ``nu >= 0``), ``u_xx`` by periodic centred
-differences and ``u_t`` centred inside / second-order one-sided at ``t = 0, 1``.  It
-vanishes for any heat solution with a non-negative diffusivity up to the end-slice
-truncation error (the interior factors of both stencils on a single Fourier mode are
-absorbed by ``nu*``); the range ``[1, 5]`` is not enforced (the distribution metrics
-see it).  The PCFM protocol itself reports no PDE residual for heat.
-
-**Chart** ``ic_cl`` (default, exact, affine): :class:`~pcgbench.charts.MeanFreeChart` with
-the initial slice fixed to ``cond`` and every later slice's mean set to the initial
-slice's: coordinates ``[1, nt - 1, nx]`` (field-shaped), all linear constraints at once.
+Exact solutions ``u(t, x) = sin(x + phi) exp(-nu t)`` of ``u_t = nu u_xx``, ``nu ~ U[1, 5]``,
+``phi ~ U[0, pi]``, on ``x_j = 2 pi j / nx`` (periodic), ``t_i = i/(nt - 1)``; float32
+``[N, 1, nt, nx]`` (time first).  ``cond`` ``[N, nx]`` = ``u(0, x_j)``; zero-shot
+(``TaskSpec.zero_shot``: backbones ignore it, sampling-time methods impose it).  Splits: train
+``n_train`` ``(phi, nu)`` draws; val/test ``n_groups`` fixed ICs (``seed_groups``, shared) x
+``per_group_*`` draws of ``nu``, rows group by group, a group sharing one ``cond`` row.
+Constraints (PCFM ``ic_residual``, ``mass_residual_heat``; linear): ``ic = u(0, .) - cond``
+``[N, nx]``; ``cl = dx sum_j u(t_n, x_j) - dx sum_j u(0, x_j)``, ``n = 1..nt-1``, ``[N, nt - 1]``,
+``dx = 2 pi/nx``.  Evaluator ``re``: ``r = u_t - nu* u_xx``, per sample the least-squares
+``nu* = max(0, <u_t, u_xx>/<u_xx, u_xx>)``; ``u_xx`` periodic centred, ``u_t`` centred inside,
+second-order one-sided at ``t = 0, 1``.  Chart ``ic_cl`` (default, exact, affine):
+:class:`~pcgbench.charts.MeanFreeChart`, initial slice = ``cond``, each later slice's mean =
+the initial slice's; coordinates ``[1, nt - 1, nx]``.
 """
 
 from __future__ import annotations

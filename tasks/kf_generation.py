@@ -1,36 +1,19 @@
 """Unconditional Kolmogorov-flow generation (PMosFM paper, Appendix "Kolmogorov-flow
-Generation", Eq. app-kfg-residual).
+Generation", Eq. app-kfg-residual; docs/protocols.md, "Kolmogorov").
 
-**Data.** Velocity snapshots ``(u, v)`` of Kolmogorov flow at one fixed Reynolds number,
-``omega_t + u . grad(omega) = (1/Re) Lap(omega) - 0.1 omega - 4 cos(4 y)`` on the
-2 pi-periodic square, from the same solver and sampling protocol as the conditional
-``kolmogorov`` task (:func:`pcgbench.tasks.kolmogorov.simulate_snapshots`: laminar state
-+ random perturbation, CFL time steps, ``spinup`` time units, then ``snaps_per_traj``
-snapshots every ``snap_interval``).  Fields float32 ``[N, 2, n, n]``, physical units, x
-along axis -2, y along axis -1.
-
-**Reynolds number.** The paper does not state it (nor the grid); we use ``Re = 1000``
-(the Kolmogorov-flow datasets of the diffusion-reconstruction literature, e.g. Shu et al.
-2023, use Re = 1000 with the same forcing and drag) -- a documented choice, a
-the ``re`` parameter to change.  The solver runs on ``n_solver`` points and is Fourier-truncated to
-the stored ``n``.  Resolution at Re = 1000 (shell energy spectrum at the 2/3 cut-off
-relative to its peak, measured after 25-40 time units): 128^2 -> 2e-6 (resolved), 96^2
--> 5e-5, 64^2 -> 3e-4 with a flat tail (pile-up, under-resolved); hence ``n_solver`` = 96
-at ``cpu`` (the stored 32^2 keeps |k| <= 15, well inside the resolved range), 256 at
-``paper``; ``smoke`` (48) is for plumbing only.
-
-**Splits.** As in the paper, trajectory and time axes are flattened into one sample axis;
-the ``n_traj x snaps_per_traj`` pool (seed ``seed_pool``) is split 90/10 into train/val
-by a fixed permutation (``seed_split``); a separate test set comes from ``n_traj_test``
-new trajectories (seed ``seed_test``).
-
-**Evaluator.** ``R_KFG = [div u, 0.02 Lap(omega), 0.01 Lap(u^2 + v^2)]`` (paper Eq.
-app-kfg-residual), all derivatives spectral: first derivatives ``F^-1 i k F`` with the
-Nyquist wavenumber set to 0 (the streamfunction chart's convention, so decoded fields
-have divergence at round-off), Laplacians ``F^-1 (-|k|^2) F`` with the full wavenumbers;
-``omega = D_x v - D_y u``; ``u^2 + v^2`` is formed pointwise on the grid.  Output
-``[N, 3, n, n]``.  Constraint ``divergence`` and chart ``streamfunction`` as in
-``kolmogorov``.
+Velocity snapshots ``(u, v)`` of ``omega_t + u . grad(omega) = (1/Re) Lap(omega) - 0.1 omega
+- 4 cos(4 y)`` on the 2 pi-periodic square at one Reynolds number ``re`` (default 1000, our
+choice: the paper states neither Re nor grid), from
+:func:`pcgbench.tasks.kolmogorov.simulate_snapshots` (laminar state + random perturbation,
+``spinup`` time units, then ``snaps_per_traj`` snapshots every ``snap_interval``) on
+``n_solver`` points, Fourier-truncated to the stored ``n``.  Fields float32 ``[N, 2, n, n]``,
+physical units, x along axis -2, y along axis -1.  The ``n_traj x snaps_per_traj`` pool
+(``seed_pool``) is split 90/10 into train/val by a fixed permutation (``seed_split``); test
+comes from ``n_traj_test`` new trajectories (``seed_test``).  Evaluator ``R_KFG = [div u,
+0.02 Lap(omega), 0.01 Lap(u^2 + v^2)]`` ``[N, 3, n, n]``, spectral: first derivatives
+``F^-1 i k F`` with the Nyquist wavenumber 0, Laplacians ``F^-1 (-|k|^2) F`` with the full
+wavenumbers, ``omega = D_x v - D_y u``, ``u^2 + v^2`` pointwise on the grid.  Constraint
+``divergence`` and chart ``streamfunction`` as in ``kolmogorov``.
 """
 
 from __future__ import annotations

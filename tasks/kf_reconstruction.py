@@ -1,44 +1,19 @@
-"""Kolmogorov-flow reconstruction from a low-resolution observation (PMosFM paper,
-Appendix "Kolmogorov-flow Reconstruction").
+"""Kolmogorov-flow reconstruction from a low-resolution observation (PMosFM paper, Appendix
+"Kolmogorov-flow Reconstruction"; docs/protocols.md, "KF reconstruction").
 
-**Targets.** Exactly the ``kf_generation`` data: velocity snapshots ``(u, v)`` of
-Kolmogorov flow at Re = 1000, float32 ``[N, 2, n, n]`` in physical units, x along axis
--2, y along axis -1, the same trajectories, the same 90/10 train/val split of the pool
-and the same held-out test trajectories ("the target fields, split, and normalization
-are identical to Kolmogorov-flow Generation").  The snapshots are read through a
-:class:`~pcgbench.tasks.kf_generation.KFGenerationTask` with the nested ``flow``
-parameters, so its data cache is reused whenever those parameters equal a
-``kf_generation`` preset's (they do for every preset here) and the per-channel
-normalizer, fitted on the same train fields, is identical.
-
-**Observation (the condition).** For a factor ``f`` in ``factors = (1, 2, 4)`` the field
-is subsampled at every f-th grid node, ``c_jl = x[f j, f l]`` (node-aligned, so the
-coarse nodes are grid nodes of the target), and returned to the n x n grid by periodic
-bilinear interpolation (:func:`observe`): the tensor product of periodic linear
-interpolation along each axis, ``x~[f j + a] = (1 - a/f) c_j + (a/f) c_{j+1 mod n/f}``
-for ``a = 0 .. f-1``.  ``f = 1`` gives the field itself.  ``cond`` is the upsampled
-observation of both channels, float32 ``[N, 2, n, n]`` in physical units
-(``TaskSpec.cond_channels = 2``): the shared backbones concatenate it to their input
-channels.  The factor itself is not part of the condition (:meth:`row_factors` gives it).
-
-**Splits.** train and val: every ``kf_generation`` train/val snapshot once, each with
-one factor; the paper draws a factor per training step, here the draw is fixed per row
-(the harness trains on a fixed ``FieldData``): a balanced assignment, the factors
-cycled over a seeded random permutation of the rows (``seed_factors``; val with
-``seed_factors + 1``), so each factor conditions a third of the snapshots.  test:
-``test_conditions`` snapshots evenly spaced over the ``kf_generation`` test split
-(``round(linspace(0, N-1, G))``), condition g observed with factor
-``factors[g % len(factors)]`` (the factors cycle deterministically), each condition
-repeated ``ensemble`` times with the same full-resolution target, rows ordered condition
-by condition: the runner then draws an ensemble of ``ensemble`` samples per condition,
-grouped by identical ``cond`` rows in the ensemble metrics (``crps``, ``coverage90``,
-``width90``) and ``recon_rel_l2`` / ``recon_mse`` (:mod:`pcgbench.metrics.reconstruction`).
-
-**Evaluator.** ``residual`` = R_KFG of ``kf_generation`` (paper Eq. app-kfg-residual,
-spectral derivatives); reconstruction accuracy against the full-resolution target is a
-separate metric (``recon_rel_l2``), as in the paper.  Constraint ``divergence`` and chart
-``streamfunction`` as in ``kf_generation`` (no observation constraint: the paper
-conditions on the observation rather than imposing it).
+Targets: exactly the ``kf_generation`` data (Re = 1000 velocity ``(u, v)``, float32
+``[N, 2, n, n]``, physical units, x along axis -2, y along -1; same trajectories, split and
+normalizer), read through a nested :class:`~pcgbench.tasks.kf_generation.KFGenerationTask`
+(``flow`` parameters).  Observation for ``f`` in ``factors = (1, 2, 4)`` (:func:`observe`):
+``c_jl = x[f j, f l]`` (node-aligned), periodic bilinear interpolation back to the grid,
+``x~[f j + a] = (1 - a/f) c_j + (a/f) c_{j+1 mod n/f}`` per axis; ``f = 1`` is the field.
+``cond`` = the observation of both channels, float32 ``[N, 2, n, n]``, physical units
+(``cond_channels = 2``); f is not in ``cond`` (:meth:`row_factors`).  train/val: each snapshot
+once, factors balanced over a seeded permutation (``seed_factors``; val ``seed_factors + 1``).
+test: ``test_conditions`` snapshots ``round(linspace(0, N-1, G))`` of the test split, factor
+``factors[g % len(factors)]``, each repeated ``ensemble`` times, rows condition by condition.
+``residual`` = R_KFG of ``kf_generation``; accuracy is ``recon_rel_l2`` / ``recon_mse``.
+Constraint ``divergence``, chart ``streamfunction``; no observation constraint.
 """
 
 from __future__ import annotations

@@ -1,34 +1,20 @@
 """W-Flow (Han et al., arXiv 2605.11755, "One-Step Generative Modeling via Wasserstein
 Gradient Flows").
 
-A one-step generator x = f_theta(eps) trained, like Drifting, by
-mean ||x - sg(x + V(x))||^2, with V the Wasserstein-gradient-flow velocity of the
-debiased Sinkhorn divergence S_eps(q, p) between the generated law q and the data p.
-For the quadratic cost the gradient of an entropic OT potential is x - T(x), T the
-barycentric projection of the Sinkhorn plan, so the velocity is a difference of two
-barycentric maps,
-
-    V(x) = T_{q->p}(x) - T_{q->q'}(x),
-
-attraction to the data batch minus the self-transport to a second, independent
-generated batch q' (the paper's two-batch debiased estimator).  No time in the
-objective, so no conversion: x = T^{0,1}(r0), q' = T^{0,1}(r0') with fresh r0'.
-
-What we read: the paper's abstract and project page (Sinkhorn-divergence WGF compressed
-into a one-step generator, two-batch debiased estimator) and the authors' training
-script (github.com/hanjq17/W-Flow ``train.py``: a loss ``drift_loss_ot`` is called with
-the generated batch, the data batch and, with ``resample_neg``, a second generated
-batch; 20 Sinkhorn iterations, eps in {0.02, 0.05, 0.2}, a ``use_quadratic_cost``
-switch whose paper setting lives in configs we could not read).  The authors' loss
-module and the paper's equations were not in what we could read (two third-party
-re-implementations agree with the form above); V is our reading, not a transcription.
-
-Choices: cost c(x, y) = ½||x - y||^2 / D^2 with D^2 the batch's mean squared
-generated-to-data distance (so eps is scale free; the quadratic cost is the one for
-which the barycentric-map difference is the Sinkhorn gradient), eps = 0.05, one value
-(the authors' script sums the normalized velocities of three), 20 log-domain Sinkhorn
-iterations, uniform marginals; computed in r on the joint (r, condition) points like
-our Drifting objective.
+A one-step generator x = f_theta(eps) trained, like Drifting, by mean ||x - sg(x + V(x))||^2, V
+the Wasserstein-gradient-flow velocity of the debiased Sinkhorn divergence S_eps(q, p) between
+the generated law q and the data p.  For the quadratic cost, V is a difference of barycentric
+projections T of Sinkhorn plans, V(x) = T_{q->p}(x) - T_{q->q'}(x): attraction to the data batch
+minus self-transport to a second, independent generated batch q' (the paper's two-batch debiased
+estimator).  No time in the objective: x = T^{0,1}(r0), q' = T^{0,1}(r0') with fresh r0'.
+Read: the abstract, project page and the authors' ``train.py`` (github.com/hanjq17/W-Flow:
+``drift_loss_ot`` on the generated, data and, with ``resample_neg``, a second generated batch;
+20 Sinkhorn iterations, eps in {0.02, 0.05, 0.2}, a ``use_quadratic_cost`` switch set in unread
+configs); not the loss module or the paper's equations: V is our reading (two third-party
+re-implementations agree), not a transcription.  Ours: cost c(x, y) = ½||x - y||^2 / D^2, D^2 the
+batch's mean squared generated-to-data distance (eps scale free); one eps = 0.05 (the authors sum
+the normalized velocities of three); 20 log-domain Sinkhorn iterations; uniform marginals; in r
+on the joint (r, condition) points, like our Drifting objective.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ from pcgbench.cli._common import add_common, default_preset, names
 from pcgbench.presets import PRESETS
 from pcgbench.registry import METHODS, TASKS
 
+if typing.TYPE_CHECKING:
+    from pcgbench.record import RunRecord
+    from pcgbench.runner import RunOptions
+
 
 def add_parser(sub: typing.Any) -> None:
     p = sub.add_parser("run", help="fit, sample, evaluate and record one run per seed")
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes,
         )
         record, path, skipped = run(opts)
-        status = record.get("status", "ok")
+        status = record.status
         if status != "ok":
             failed += 1
         if skipped:
@@ -74,30 +78,27 @@ def run(args: argparse.Namespace) -> int:
                   + ("" if status == "ok" else f" [status {status}]"))
             _record_pretrained(opts, record)
             continue
-        if status != "ok" and not record.get("metrics"):
+        if status != "ok" and not record.metrics:
             print(f"{args.task}/{args.method} seed={seed} preset={args.preset}: {status.upper()}"
-                  f" ({record.get('status_reason')}); recorded, not scored: {path}")
+                  f" ({record.status_reason}); recorded, not scored: {path}")
             continue
-        m = record["metrics"]
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in m.items() if v is not None)
-        inf = record["inference"]
+                          for k, v in record.metrics.items() if v is not None)
         print(f"{args.task}/{args.method} seed={seed} preset={args.preset}: {shown}")
-        spu = record["training"]["seconds_per_update"]
-        fit = ("no fit (sampling-time method)" if spu is None and not record["training"].get(
+        spu = record.training["seconds_per_update"]
+        fit = ("no fit (sampling-time method)" if spu is None and not record.training.get(
             "updates") else "checkpoint reused" if spu is None else f"{spu:.4g} s/update")
-        nfe = record["nfe"]
-        print(f"  nfe={nfe:.4g} time/sample={inf['seconds_per_sample']:.4g} s "
-              f"train: {fit} wall={record['wall_seconds']:.1f} s")
+        print(f"  nfe={record.nfe:.4g} time/sample={record.inference['seconds_per_sample']:.4g}"
+              f" s train: {fit} wall={record['wall_seconds']:.1f} s")
         if status != "ok":
-            print(f"  {status.upper()}: {record.get('status_reason')}; recorded, left out of "
+            print(f"  {status.upper()}: {record.status_reason}; recorded, left out of "
                   "leaderboard means")
         print(f"  record: {path}")
         _record_pretrained(opts, record)
     return 1 if failed else 0
 
 
-def _record_pretrained(opts, record: dict) -> None:
+def _record_pretrained(opts: RunOptions, record: RunRecord) -> None:
     """A run of a method built on another (``record['pretrained']``: the shared backbone
     of a sampling-time method) also records that method's default run once, reusing its
     fitted checkpoint (sampling and evaluation only), so the leaderboard shows its column
@@ -106,7 +107,7 @@ def _record_pretrained(opts, record: dict) -> None:
 
     from pcgbench.runner import record_path, run
 
-    base = record.get("pretrained")
+    base = record.pretrained
     if not base or base == opts.method:
         return
     base_opts = dataclasses.replace(opts, method=base, overrides={}, chart=None, tag=None,
@@ -115,4 +116,4 @@ def _record_pretrained(opts, record: dict) -> None:
         return
     base_record, path, _ = run(base_opts)
     print(f"  also recorded {base}, which {opts.method} builds on (its fitted checkpoint "
-          f"reused): status {base_record.get('status', 'ok')}, record {path}")
+          f"reused): status {base_record.status}, record {path}")

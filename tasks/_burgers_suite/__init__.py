@@ -1,50 +1,21 @@
-"""Shared base of the constrained-PDE suite's inviscid Burgers tasks ``burgers_ic`` and
-``burgers_bc`` (REFERENCES.md "Constrained-PDE suite"; PMosFM paper, Appendix
-"Zero-shot constrained-PDE reference"; data facts of PCFM's
-``datasets/generate_burgers1d_data.py``, no code copied).
+"""Shared base of the inviscid Burgers tasks ``burgers_ic`` and ``burgers_bc`` of the
+constrained-PDE suite (REFERENCES.md "Constrained-PDE suite"; PMosFM paper, Appendix
+"Zero-shot constrained-PDE reference"; data facts, no code, of PCFM's
+``datasets/generate_burgers1d_data.py``).
 
-**PDE and solver.** ``u_t + (u^2/2)_x = 0`` on ``[0, 1]``, ``t in [0, 1]``, nodes
-``x_j = j dx`` (``dx = 1/(nx-1)``), times ``t_n = n dt`` (``dt = 1/(nt-1)``),
-``lam = dt/dx = 1`` at every preset (``nx = nt``).  First-order Godunov finite volumes
-(:func:`pcgbench.tasks._burgers_suite.solver.solve_inflow_outflow`, float64): interior nodes
-``1..nx-2`` are updated conservatively, then ``u_0 = u_bc`` (left Dirichlet, t > 0) and
-``u_{nx-1} = u_{nx-2}`` (right zero gradient).  CFL: the IC and ``u_bc`` lie in
-``[0, 1]`` (the sigmoid at ``x = 0``, ``p = 0.8`` is ``1 - 4e-18``, i.e. 1.0 in float64)
-and the scheme is monotone for ``lam max|u| <= 1`` (upwind update
-``u_j - lam (u_j^2 - u_{j-1}^2)/2`` is non-decreasing in ``u_j`` and ``u_{j-1}``), so
-every state stays in ``[0, 1]`` and ``lam max|u| <= 1`` holds at every step (at the limit
-1); the solver checks it on the inputs.  Stored float32 ``[N, 1, nt, nx]`` (time first).
-
-**Randomness.** IC ``u0(x) = 1/(1 + exp((x - p)/0.02))``, ``p ~ U[0.2, 0.8]``;
-``u_bc ~ U[0, 1]``.  Draws use ``numpy.random.RandomState(seed).uniform`` in PCFM's order,
-so the paper preset reproduces PCFM's values: train = ``n_ic_train`` ICs x
-``n_bc_train`` BCs (80 x 80, seed 42; p drawn first; rows IC-major).  test = the
-protocol's *sampling set* (seed 42): ``burgers_ic`` 20 fixed ICs x 512 BCs (p drawn
-first, rows grouped by IC), ``burgers_bc`` 20 fixed BCs x 512 ICs (u_bc drawn first,
-rows grouped by BC).  val = the same fixed conditions with the other randomness from
-``RandomState(seed_val)`` (seed 0).  PCFM's 30 x 30 seed-0 "test" file (held-out set of
-its backbone training) is not a split here.
-
-**Constraints** (physical fields; ``cond`` = the task's constraint data):
-
-* ``godunov``: :func:`~pcgbench.tasks._burgers_suite.solver.update_residual` of the first
-  ``godunov_steps`` (5) steps on the interior nodes, update units (as PCFM);
-* ``cl``: :func:`~pcgbench.tasks._burgers_suite.solver.mass_balance`,
-  ``mass^n - mass^0 + dt sum_{m<n} (F_R^m - F_L^m)`` for ``n = 1..nt-1``, with
-  ``mass^n = dx sum_{j=1}^{nx-2} u_j^n`` (the interior cells the scheme updates
-  conservatively; the boundary nodes are overwritten by the BCs) and the Godunov fluxes
-  through the faces ``x_{1/2}`` / ``x_{nx-3/2}`` integrated by the left-endpoint rule.
-  On the data (states >= 0) ``F_L^m = (u_0^m)^2/2`` and ``F_R^m = (u_{nx-2}^m)^2/2``
-  (= ``(u_{nx-1}^m)^2/2`` for m >= 1), i.e. the paper's
-  ``mass(t) = mass(0) - int_0^t [u^2/2]_left^right``.  It is the cumulative sum of the
-  interior-summed update residual, an identity for every field, hence zero to round-off
-  on the solver's data.  (PCFM's form -- all nodes, ``[u^2/2]`` at nodes 0 and nx-1,
-  trapezoid in time -- is not zero on its own data; see the suite docs.)
-* ``ic`` (``burgers_ic``) / ``bc`` (``burgers_bc``), in the task modules.
-
-**Evaluator** (metric ``re``): the Godunov update residual over all steps in physical
-units, ``(u_j^{n+1} - u_j^n)/dt + (F_{j+1/2}^n - F_{j-1/2}^n)/dx`` on the interior nodes
--> ``[N, nt-1, nx-2]``; zero (float32 round-off) on the data.
+``u_t + (u^2/2)_x = 0`` on ``[0, 1]``, ``t in [0, 1]``, nodes ``x_j = j dx``, times ``t_n = n dt``,
+``lam = dt/dx = 1`` (``nx = nt``).  First-order Godunov finite volumes
+(:func:`.solver.solve_inflow_outflow`, float64): interior nodes ``1..nx-2`` conservative, then
+``u_0 = u_bc`` (left Dirichlet, t > 0), ``u_{nx-1} = u_{nx-2}`` (zero gradient); states stay in
+``[0, 1]``.  Stored float32 ``[N, 1, nt, nx]`` (time first).  IC ``1/(1 + exp((x - p)/0.02))``,
+``p ~ U[0.2, 0.8]``, ``u_bc ~ U[0, 1]``, drawn by ``RandomState(seed).uniform`` in PCFM's order.
+Splits: train ``n_ic_train`` x ``n_bc_train`` (IC-major); test (the sampling set): ``n_groups``
+fixed ICs (``burgers_ic``) or BCs (``burgers_bc``) x ``n_per_group`` of the other, grouped; val:
+the same fixed conditions, other randomness from ``seed_val``.  Constraints: ``godunov`` =
+:func:`.solver.update_residual` of the first ``godunov_steps`` steps; ``cl`` =
+:func:`.solver.mass_balance` (zero to round-off on the data); ``ic`` / ``bc`` in the task
+modules.  Evaluator (metric ``re``): the Godunov update residual in physical units on the
+interior nodes, ``[N, nt-1, nx-2]``, zero (float32 round-off) on the data.
 """
 
 from __future__ import annotations

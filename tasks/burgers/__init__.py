@@ -1,40 +1,19 @@
-"""1-D viscous Burgers trajectories (PMosFM paper, Appendix "Burgers").
+"""1-D viscous Burgers trajectories (PMosFM paper, Appendix "Burgers"; docs/protocols.md).
 
-Fields are trajectories ``u(t, x)`` of ``u_t + u u_x = nu u_xx`` on the periodic unit
-interval, ``nu = 1e-3``, ``t in [0, 2]``, stored as float32 ``[N, 1, nt, nx]`` (time, space)
-on the grid ``t_i = 2 i/(nt-1)``, ``x_j = j/nx``.  The evaluator is the paper's
-finite-difference residual ``r_B``; the hard constraint is periodic mass conservation.
-
-**Data.** Each split is generated from its own seed by the IF-RK4 pseudo-spectral solver
-of :mod:`pcgbench.tasks.burgers.solver` on ``n_internal`` points and then reduced to ``nx``
-points by exact *cell averages* (``sampling="cell_average"``, default) or by sub-sampling
-point values (``sampling="point"``).  Cell averages are the default because (i) they keep
-the discrete mass exactly conserved (point sub-sampling aliases the shock spectrum into
-the mean: measured drift up to 4.5 % of mean|u| at 128 points), (ii) they converge much
-faster with ``n_internal`` (rel. L2 change 1024 -> 2048 points: 7e-6 vs 7e-5), and (iii)
-PDEBench's own data are finite-volume cell averages.  Time needs no reduction: the
-solver lands exactly on the stored times.
-
-**Initial conditions** follow PDEBench's ``init_multi`` (``pdebench/data_gen/
-data_gen_NLE/utils.py``, called with ``k_tot=4`` and the default ``num_choise_k=2`` by
-``BurgersEq/burgers_multi_solution_Hydra.py``; facts only, no code copied):
-``u0 = sum_{k=1..4} A_k sin(2 pi c_k k x + phi_k)`` with ``A_k ~ U[0, 1)``,
-``phi_k ~ U[0, 2 pi)`` and ``c_k`` the number of times ``k`` was drawn in 2 uniform draws
-from ``{1..4}`` (a mode drawn twice has doubled wavenumber; an undrawn mode contributes the
-constant ``A_k sin phi_k`` -- both literal consequences of PDEBench's formula, kept); then
-with probability 0.1 ``u0 <- |u0|``; a random sign ``+-1``; with probability 0.1 a window
-``0.5 (tanh((x - xL)/0.01) - tanh((x - xR)/0.01))``, ``xL ~ U[0.1, 0.45]``,
-``xR ~ U[0.55, 0.9]``.  Deviations: PDEBench divides the wavenumber by ``x_c[-1] - x_c[0]``
-(= 1 - dx, so its ICs are not exactly periodic) and reuses PRNG keys across draws; we use
-period 1 and independent draws.  **Viscosity:** PDEBench's finite-volume solver uses the
-diffusion coefficient ``epsilon / pi`` (``1D_Burgers_Sols_Nu0.001.hdf5`` thus has
-``nu = 3.2e-4``); we generate and evaluate with the paper's ``nu = 1e-3``, and evaluate a
-loaded PDEBench file with its own ``epsilon / pi`` (:attr:`BurgersTask.nu`).
-
-**Splits.** The paper used PDEBench's 10,000 trajectories (first 1,000 train, 1,000-1,499
-validation, the rest test); the ``paper`` preset generates 1,000/500/1,000 trajectories
-(1,000 test rather than 8,500).  :meth:`BurgersTask.load_external` reads the PDEBench file
-with the paper's index split instead, block-averaging its cell averages in x.
+``u_t + u u_x = nu u_xx``, periodic unit interval, ``nu = 1e-3``, ``t in [0, 2]``; float32
+``[N, 1, nt, nx]`` (time, space), ``t_i = 2 i/(nt-1)``, ``x_j = j/nx``.  Evaluator: the paper's
+finite-difference residual ``r_B``; hard constraint: periodic mass conservation.  Each split
+from its own seed by the IF-RK4 pseudo-spectral solver (:mod:`pcgbench.tasks.burgers.solver`)
+on ``n_internal`` points, reduced to ``nx`` by exact cell averages (``sampling="cell_average"``,
+default; mass conserved) or point values (``"point"``), landing exactly on the stored times.
+ICs: PDEBench's ``init_multi`` (``k_tot=4``, ``num_choise_k=2``; facts only, no code copied),
+``u0 = sum_{k=1..4} A_k sin(2 pi c_k k x + phi_k)``, ``A_k ~ U[0, 1)``, ``phi_k ~ U[0, 2 pi)``,
+``c_k`` = times ``k`` is drawn in 2 uniform draws from ``{1..4}``; then w.p. 0.1 ``|u0|``, a
+random sign, w.p. 0.1 the window ``0.5 (tanh((x - xL)/0.01) - tanh((x - xR)/0.01))``,
+``xL ~ U[0.1, 0.45]``, ``xR ~ U[0.55, 0.9]``.  Deviations: period exactly 1 (PDEBench divides
+by ``1 - dx``), independent draws (PDEBench reuses PRNG keys).  :meth:`BurgersTask.load_external`
+reads PDEBench's file with the paper's split (1,000 train, 1,000-1,499 val, rest test),
+block-averaged in x, evaluated with its own ``nu = epsilon / pi`` (:attr:`BurgersTask.nu`).
 """
 
 from __future__ import annotations

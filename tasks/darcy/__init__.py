@@ -1,35 +1,19 @@
-"""2-D Darcy flow with log-Gaussian permeability (PMosFM paper, Appendix "Darcy Flow";
-data protocol of PBFM, generator facts from PIDM).
+"""2-D Darcy flow with log-Gaussian permeability (PMosFM paper, Appendix "Darcy Flow"; data
+protocol of PBFM, generator facts from PIDM; docs/protocols.md, "Darcy").
 
-Fields ``[p, K]`` on an ``n x n`` node grid of the unit square including the boundary
-(``h = 1/(n-1)``; array axis 0 is x, axis 1 is y), stored float32 ``[N, 2, n, n]``.
-``G = log K`` is a Karhunen-Loeve Gaussian field with covariance ``exp(-|x - x'|/0.1)``
-(leading ``kl_modes`` eigenpairs of the discrete covariance matrix), the source is
-``f = +10`` on ``[0, 0.125]^2`` and ``-10`` on ``[0.875, 1]^2``, and the pressure solves
-``-div(K grad p) = f`` with zero normal flux and zero (grid) mean.
-
-**Solver** (:mod:`pcgbench.tasks.darcy.solver`): vertex-centred finite volumes with
-harmonic-mean face permeabilities (symmetric, second order; *not* PIDM's least-squares
-stencil system), zero mean by pinning one node + sparse LU + mean removal, float64.
-Generated pressures satisfy the FV system to ~1e-11 relative.
-
-**Evaluator** :meth:`DarcyTask.residual`: the PBFM residual
-``-K p_xx - K_x p_x - K p_yy - K_y p_y - f`` on interior nodes (centred differences)
-concatenated with the outward normal derivative on the 4n boundary nodes (one-sided,
-second order).  It is a different discretization from the FV solver, so on the data it
-is at the truncation level (non-zero: the source is discontinuous) -- the ``data``
-column of every table.
-
-**Chart** ``solver`` (default): coordinates ``G = log K`` as a field ``[1, n, n]`` (so
-convolutional/FNO backbones apply); decode ``K = exp(G)`` and ``p`` = ``chart_iters``
-Jacobi-preconditioned CG iterations (warm start 0, mean removed) on the *same* FV
-system, in torch (batched, differentiable).  Encoded residual: the cell-averaged FV
-residual plus ``mean(p)``; declared tolerance = its measured maximum 2-norm after K
-iterations on 8 prior draws.  Encoder: ``log K`` of the data (exact inverse).
-
-**Sizes.** ``paper``: 64 x 64, 64 modes, 10,000/1,000/1,000 (the paper does not state
-split sizes; PIDM's generator has no fixed count).  ``cpu``: 32 x 32, 64 modes,
-1,000/100/200.  ``smoke``: 16 x 16, 32 modes, 64/16/16.
+Fields ``[p, K]``, float32 ``[N, 2, n, n]``, on the ``n x n`` node grid of the unit square
+with the boundary (``h = 1/(n-1)``; axis 0 x, axis 1 y).  ``G = log K``: Karhunen-Loeve field,
+covariance ``exp(-|x - x'|/0.1)``, leading ``kl_modes`` eigenpairs; source ``f = +10`` on
+``[0, 0.125]^2``, ``-10`` on ``[0.875, 1]^2``; ``p`` solves ``-div(K grad p) = f`` with zero
+normal flux and zero grid mean (float64 vertex-centred FV, harmonic-mean faces, pinned node +
+sparse LU + mean removal; :mod:`pcgbench.tasks.darcy.solver`, not PIDM's least-squares system).
+:meth:`DarcyTask.residual`: PBFM's ``-K p_xx - K_x p_x - K p_yy - K_y p_y - f`` on interior
+nodes (centred) concatenated with the outward normal derivative on the 4n boundary nodes
+(one-sided, second order); not the FV system, so non-zero on the data (the ``data`` column).
+Chart ``solver`` (default): coordinates ``G`` ``[1, n, n]``; decode ``K = exp(G)``, ``p`` =
+``chart_iters`` Jacobi-preconditioned CG iterations (from 0, mean removed) on the same FV
+system, in torch (batched, differentiable); encoded residual: cell-averaged FV residual plus
+``mean(p)``, tolerance measured on 8 prior draws; encoder ``log K`` (exact inverse).
 """
 
 from __future__ import annotations

@@ -1,36 +1,20 @@
-"""2-D Darcy flow ``-div(K grad p) = f`` on the unit square with zero normal flux.
+"""2-D Darcy flow ``-div(K grad p) = f`` on the unit square with zero normal flux: numerics
+shared by the ``darcy`` task and its solver chart (facts from PIDM's generator and the PBFM
+protocol, no code copied; docs/protocols.md, "Darcy").
 
-Shared numerics of the ``darcy`` task and its solver chart (facts from PIDM's generator
-and the PBFM protocol; no code copied):
-
-* **Grid.** ``n x n`` nodes including the boundary, ``x_i = i h``, ``h = 1/(n-1)``;
-  array axis 0 is x, axis 1 is y.
-* **Log-permeability.** A Karhunen-Loeve Gaussian field with covariance
-  ``exp(-|x - x'| / length)``: the leading eigenpairs of the *discrete* covariance matrix
-  on the nodes (:func:`kl_basis`, computed once per (n, modes, length) and cached in
-  memory), ``G = V diag(sqrt(lam)) z`` with ``z ~ N(0, I)``.  Eigenvectors are made
-  deterministic: inside a cluster of (numerically) equal eigenvalues -- the square's
-  symmetry makes pairs -- the basis is rotated to diagonalize the diagonal reflection
-  ``(x, y) -> (y, x)``, then each vector's sign is fixed by a fixed random probe vector.
-* **Discretization (the generator's system).** Vertex-centred finite volumes: each node
-  owns its dual cell (``h^2``, ``h^2/2`` on edges, ``h^2/4`` at corners -- the trapezoid
-  weights); the flux through the face between two neighbours is
-  ``K_face (p_a - p_b) / h`` times the face length (``h``, or ``h/2`` on boundary rows),
-  with ``K_face`` the **harmonic mean** of the two nodal permeabilities; the domain
-  boundary carries zero flux.  This gives ``A(K) p = M f`` with ``A`` symmetric positive
-  semi-definite (null space: constants) and ``M`` the dual-cell areas: second order for
-  smooth ``K`` (verified in ``tests/test_darcy.py``), symmetric so that CG applies.
-  (PIDM instead solves the non-conservative stencil ``-K p_xx - K_x p_x - ...`` plus
-  one-sided boundary rows by dense least squares; that overdetermined system is not
-  symmetric and has no exact solution, so it is *not* used here.)
-* **Zero mean.** The direct solver pins node 0, solves the SPD reduced system by sparse
-  LU (SuperLU) and removes the plain grid mean; CG iterates are mean-corrected the same
-  way.  ``mean(p) = 0`` is the plain node average (PIDM uses the trapezoid integral; the
-  two differ by a constant shift, which leaves every residual unchanged).
-* **Evaluator.** :func:`evaluator_residual` is the PBFM/PIDM residual
-  ``-K p_xx - K_x p_x - K p_yy - K_y p_y - f`` with centred second-order differences on
-  the interior nodes plus the outward normal derivative on every boundary node by the
-  second-order one-sided stencil (corners once per edge) -- independent of the FV system.
+Grid: ``n x n`` nodes with the boundary, ``x_i = i h``, ``h = 1/(n-1)``; axis 0 x, axis 1 y.
+``log K``: Karhunen-Loeve field, covariance ``exp(-|x - x'| / length)``, from the leading
+eigenpairs of the discrete covariance matrix (:func:`kl_basis`, cached per (n, modes, length)),
+``G = V diag(sqrt(lam)) z``, ``z ~ N(0, I)``; eigenvectors deterministic (equal-eigenvalue
+clusters diagonalize ``(x, y) -> (y, x)``, signs fixed by a fixed random probe vector).
+System ``A(K) p = M f``: vertex-centred finite volumes, dual cells ``M`` (``h^2``; ``h^2/2`` on
+edges, ``h^2/4`` at corners), face flux ``K_face (p_a - p_b) / h`` x face length (``h``; ``h/2``
+on boundary rows), ``K_face`` the harmonic mean, zero boundary flux; ``A`` symmetric positive
+semi-definite (null space: constants), so CG applies.  Zero mean: the direct solver pins node 0,
+solves by sparse LU (SuperLU) and removes the plain grid mean; CG iterates are mean-corrected
+alike.  :func:`evaluator_residual`: PBFM/PIDM ``-K p_xx - K_x p_x - K p_yy - K_y p_y - f``
+(centred, interior nodes) plus the outward normal derivative on every boundary node
+(second-order one-sided, corners once per edge) -- independent of the FV system.
 """
 
 from __future__ import annotations

@@ -1,36 +1,19 @@
 """Dynamic stall -- a SURROGATE of PBFM's pitching-airfoil data (PMosFM paper, Appendix
-"Dynamic Stall"; Baldan et al. 2025).
+"Dynamic Stall"; Baldan et al. 2025; docs/protocols.md, "Dynamic stall").
 
-**This task's data are a surrogate, not RANS.**  The benchmark's fields come from
-unsteady compressible RANS simulations of a sinusoidally pitching NACA0012, which cannot
-be recomputed here.  :mod:`pcgbench.tasks.dynamic_stall.solver` generates physically grounded
-stand-ins (panel-method thickness pressure, Wagner/Beddoes-Leishman unsteady loading and
-lagged separation, compressibility correction, isentropic edge state with an
-adiabatic-wall recovery factor, an integral boundary-layer wall shear with Sutherland
-viscosity): the statistics differ from RANS, the two algebraic closures hold exactly.
-PBFM's published files load with ``--data-file`` (:meth:`DynamicStallTask.load_external`).
-
-**Layout.** Conditions (Mach, mean angle, pitching amplitude, reduced frequency) in PBFM's
-ranges; ``n_train`` nominal training conditions x ``realizations`` perturbed
-realizations, ``n_test`` held-out conditions (paper: 128 x 32 and 16 x 32).  Six generated
-channels ``(p, du_s/dx, du_s/dy, T, rho, tau_w)`` on a time x surface grid (one pitching
-period x the surface from the trailing edge round the lower side, the leading edge and the
-upper side; paper 128 x 128).  The lab-frame gradient components and the surface
-direction rotate with the pitch angle alpha(t) (a rotation keeps both closures).
-``cond`` = ``[s_x, s_y, c_1 .. c_4]``, ``[N, 6, n_time, n_surf]``: the two surface-
-direction channels and the four condition values mapped to [0, 1] over their ranges,
-broadcast over the grid (PBFM's "full conditioning").  Test rows come in groups of
-``realizations`` with the same condition; ``mmse``/``smse`` are *pooled* over the whole
-test split (the task does not set ``group_statistics_by_cond``; PBFM's own test
-reference compares per-condition means and standard deviations, and the paper reports
-no MMSE/SMSE for this benchmark).
-
-**Evaluator.** After de-normalization, ``r_gas = p - rho R T`` (R = 8.31446261815324 /
-28.966e-3, PBFM's value) and ``r_tau = tau_w - sign(mu . s) |mu|``, ``mu = mu(T) (du_s/dx,
-du_s/dy)`` with Sutherland's law; ``residual`` returns both divided by the training
-standard deviation of p and tau_w (``[N, 2, n_time, n_surf]``, so the two closures weigh
-alike).  Constraints ``gas`` and ``shear``; chart ``algebraic``: p and tau_w eliminated
-(coordinates: the two gradient components, T, rho).
+Not RANS: :mod:`pcgbench.tasks.dynamic_stall.solver` generates physically grounded stand-ins
+(pitching NACA0012) whose statistics differ from RANS; both algebraic closures hold exactly.
+PBFM's files load with ``--data-file`` (:meth:`DynamicStallTask.load_external`).  Conditions
+(Mach, mean angle, pitching amplitude, reduced frequency) in PBFM's ranges: ``n_train``
+nominal x ``realizations`` perturbed ones; ``n_test`` held out, rows in groups of ``realizations``.
+Channels ``(p, du_s/dx, du_s/dy, T, rho, tau_w)`` on time (one period) x surface (trailing
+edge, lower side, leading edge, upper side); gradients and surface direction in the lab frame,
+rotating with alpha(t).  ``cond`` ``[N, 6, n_time, n_surf]`` = ``[s_x, s_y, c_1 .. c_4]``
+(surface direction; conditions mapped to [0, 1], broadcast).  ``mmse``/``smse`` pooled over
+the test split.  ``residual`` ``[N, 2, n_time, n_surf]``, on de-normalized fields:
+``r_gas = p - rho R T`` (R = 8.31446261815324 / 28.966e-3) and ``r_tau = tau_w - sign(mu . s)
+|mu|``, ``mu = mu(T) (du_s/dx, du_s/dy)`` (Sutherland), divided by the training std of p and
+tau_w.  Constraints ``gas``, ``shear``; chart ``algebraic`` (p, tau_w eliminated).
 """
 
 from __future__ import annotations

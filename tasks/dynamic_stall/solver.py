@@ -1,76 +1,20 @@
 """Surface fields of a sinusoidally pitching NACA0012 in compressible flow -- a cheap,
 physically grounded SURROGATE of PBFM's "dynamic stall" data (Baldan et al. 2025).
 
-**This is a surrogate, not RANS.**  The benchmark's fields are unsteady compressible RANS
-solutions that cannot be recomputed here.  This module chains classical engineering
-models instead; the fields are plausible in magnitude and structure (suction peak,
-stagnation point, hysteresis, trailing-edge separation, a convecting leading-edge
-vortex), their statistics are not those of RANS.  What *does* hold exactly (float64,
-round-off) is the pair of algebraic closures of the benchmark:
-
-* ``r_gas = p - rho R T`` (``R = 287.05``): ``p`` is *defined* as ``rho R T`` last;
-* ``r_tau = tau_w - sign(mu . s) |mu|``, ``mu = mu(T) (du_s/dx, du_s/dy)`` with
-  Sutherland's law: ``tau_w`` is *defined* by exactly that expression last.
-
-**Sign convention.**  At a no-slip wall the gradient of the tangential velocity ``u_s``
-points along the wall normal, so with the tangent as "surface direction" ``mu . s ~ 0``
-and the sign would be undefined.  The two direction channels ``(s_x, s_y)`` are therefore
-the unit wall normal pointing into the fluid, ``n``: the paper calls it the local surface
-direction; with the normal, ``sign(mu . n) = sign(du_s/dn)``, the sign of the wall shear:
-> 0 attached, < 0 reversed flow.  ``u_s`` is the velocity component along the local
-boundary-layer direction ``s`` (away from the instantaneous stagnation point), and the
-gradient vector is ``(du_s/dn) n + (du_s/ds) s`` with a small tangential part evaluated at
-a wall-adjacent height ``Y_WALL`` (see :func:`_fine_fields`), so the channels are not
-degenerate.  Vectors are in the airfoil (chord) frame: x from the leading edge to the
-trailing edge along the chord, y up; chord ``c = 1 m``.
-
-**Grids.**  Surface: ``n_surf`` cosine-spaced points at the angles
-``theta_j = 2 pi (j + 1/2)/n_surf`` of ``x = cos^2(theta/2)``, ordered from the trailing
-edge along the lower surface to the leading edge and back along the upper surface (no
-point sits on the trailing-edge corner or exactly on the nose).  Time: ``n_time`` uniform
-samples ``t_j = j P/n_time`` of one pitching period ``P``, ``alpha(t) = alpha_m +
-alpha_a sin(2 pi t/P)`` (fixed phase: the time axis is comparable across samples), taken
-from the third simulated period so that every lag state is periodic (the slowest
-indicial state decays by ``exp(-b1 beta^2 2 pi/k) < 2e-3`` per period); the lag states
-advance in at least ``STEPS_PER_PERIOD = 1024`` steps per period.  Pressure and boundary
-layer are computed on the ``N_PANELS = 200`` panel midpoints and interpolated linearly in
-theta to the output points, so a field does not depend on the output resolution.
-
-**Model chain** (each step a function below, all vectorized float64 numpy):
-
-1. NACA0012, closed trailing edge (last thickness coefficient -0.1036).
-2. Incompressible Cp from a linear-strength vortex panel method with the Kutta condition
-   (Katz & Plotkin 2001, sec. 11.4); by linearity ``V_t(alpha) = cos(alpha) V_t(0) +
-   sin(alpha) V_t(90 deg)``, so the two solutions are computed once.
-3. Unsteady attached flow: Wagner-type indicial deficiency functions of Leishman &
-   Beddoes (1989) (``A1, A2, b1, b2 = 0.3, 0.7, 0.14, 0.53``, Prandtl-Glauert time
-   scaling ``beta^2``) applied to the 3/4-chord angle ``alpha + (c/2U) dalpha/dt``
-   (pitch about the quarter chord, Theodorsen 1935); the impulsive non-circulatory load
-   is not modelled (it does not move the pressure distribution's shape).
-4. Dynamic stall (Leishman & Beddoes 1989): leading-edge pressure lag ``T_p``, Kirchhoff
-   separation point ``f(alpha_f)`` lagged by ``T_f``; lift reduced by the Kirchhoff
-   factor ``((1 + sqrt f)/2)^2``; suction-side Cp held at its separation value aft of
-   ``x/c = f''`` (Kirchhoff's constant-pressure wake; floored smoothly at a base-pressure
-   level ``CP_BASE = -1``, our choice, so that leading-edge stall collapses the suction
-   peak instead of spreading it over the chord); a leading-edge vortex whose lift lags
-   ``2 pi |alpha_e| (1 - K_N)`` (``T_v``) and whose suction footprint convects to the
-   trailing edge in ``T_vl`` semichords once ``alpha_f`` exceeds ``alpha1``.
-5. Compressibility: Karman-Tsien (1941), capped smoothly at the sonic ``Cp*`` (so p > 0)
-   and scaled on the compression side so that stagnation maps to the isentropic ``Cp_t``.
-6. Edge and wall state: free stream ``T = 288.15 K``, ``p = 101325 Pa`` (ISA sea level),
-   ``gamma = 1.4``; isentropic edge temperature, energy-equation edge speed, adiabatic
-   wall with recovery factor ``Pr^(1/2)`` (laminar) / ``Pr^(1/3)`` (turbulent),
-   ``Pr = 0.72``; wall pressure = edge pressure (thin boundary layer).
-7. Wall shear: Thwaites (1949) from the stagnation point along both branches with
-   ``nu = mu(T_w)/rho_w``, transition at Michel's (1951) criterion or at laminar
-   separation (``lambda < -0.09``), turbulent flat-plate ``Cf = 0.0592 Re_s^-0.2``
-   (Schlichting 1979; ``Re_s`` from the stagnation point, no virtual origin) beyond -- a
-   sharp switch, so wall shear and recovery temperature jump at transition; reversed
-   flow ``-0.1 x`` the attached value behind the lagged separation point, blended in
-   over ``DELTA_SEP``.
-8. Realizations: Gaussian perturbation of the condition (``perturb`` x each range) and
-   log-normal factors ``exp(2.5 perturb z)`` on ``T_p``, ``T_f``, ``alpha1`` and Michel's
-   transition threshold; the pitching phase is never perturbed.
+**This is a surrogate, not RANS**: a chain of classical models (vortex panel method, Katz &
+Plotkin 2001 sec. 11.4; Leishman & Beddoes 1989 indicial lags and dynamic stall; Karman-Tsien
+1941; Thwaites 1949, Michel 1951, turbulent flat-plate wall shear), float64 numpy.  Exact to
+round-off: ``r_gas = p - rho R T`` (``R = R_GAS``, 287.04 J/(kg K)) and
+``r_tau = tau_w - sign(mu . s) |mu|``, ``mu = mu(T) (du_s/dx, du_s/dy)`` (Sutherland).
+**Sign convention:** the direction channels ``(s_x, s_y)`` are the unit wall normal ``n`` into
+the fluid, so ``sign(mu . n) = sign(du_s/dn)`` (> 0 attached, < 0 reversed flow); ``u_s`` is the
+velocity along the boundary layer, away from the stagnation point.  Chord frame (x leading ->
+trailing edge, y up), chord ``c = 1 m``; free stream ISA sea level (288.15 K, 101325 Pa),
+``gamma = 1.4``, ``Pr = 0.72``.  **Grids:** ``n_surf`` points ``x = cos^2(theta_j/2)``,
+``theta_j = 2 pi (j + 1/2)/n_surf`` (trailing edge, lower surface, nose, upper surface),
+interpolated in theta from ``N_PANELS`` panel midpoints; ``n_time`` samples ``t_j = j P/n_time``
+of the third period of ``alpha(t) = alpha_m + alpha_a sin(2 pi t/P)`` (fixed phase).  Model
+details: docs/protocols.md, "Dynamic stall".
 """
 
 from __future__ import annotations

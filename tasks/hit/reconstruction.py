@@ -1,32 +1,18 @@
-"""3-D homogeneous isotropic turbulence reconstruction from sparse point observations
-(PMosFM paper, Appendix "Turbulence Flow Reconstruction"; Gen4Turbulence protocol).
+"""3-D HIT reconstruction from sparse point observations (PMosFM paper, Appendix "Turbulence
+Flow Reconstruction"; Gen4Turbulence protocol; docs/protocols.md, "3-D turbulence").
 
-**Targets.** The frames of the HIT trajectory (:mod:`pcgbench.tasks.hit`, our own DNS)
-after the 4-frame offset: frames ``0 .. n_train-1`` train, the next ``n_val`` validate,
-the rest test (paper: 0-149 / 150-167 / 168+).
-
-**Observation (the condition).** A random point mask ``M`` (one per grid point, shared by
-the 4 channels) hides a fraction ``missing`` of the points: ``M = [U >= missing]`` with
-``U`` uniform from a generator seeded by ``seed_mask`` and the frame index, so the mask
-of a frame is fixed (a function of the frame index) and the masks of one frame are
-nested across fractions.  Training frames get ``masks_per_frame`` masks each (seed
-offset by the mask number).  ``cond`` = ``[y, M]``, ``[N, 5, n, n, n]``: ``y = M (.)
-(x - mean) / std``, the observed field normalized with the per-channel statistics of the
-training targets (the task's normalizer), and the mask.  Test: ``test_conditions``
-frames evenly spaced over the test range, each repeated ``ensemble`` times (the runner
-draws an ensemble per condition; paper 32).
-
-**Evaluator.** ``residual`` = ``[1/4 M (.) (encode(x) - y), div u]`` (4 + 1 channels on
-the grid): measurement consistency in normalized units and the Fourier divergence.
-Metrics: ``missing_rmse`` (the ensemble mean's RMSE over the hidden points), ``re``
-(physical residual), ``crps``, ``coverage90`` (the gap ``|c - 0.9|``), ``width90``.
-Constraints ``observation`` (linear, ``M (.) (encode(x) - y)``) and ``divergence``;
-chart ``observed_helmholtz``: the Fourier Leray projection, then the observed entries
-overwritten (observations exact; the divergence is then non-zero where points are
-overwritten, and is evaluated separately, as in the paper).
-
-Registered variants: ``hit_reconstruction`` (90 % missing), ``hit_reconstruction_50`` and
-``hit_reconstruction_99`` (the paper's three rows).
+Targets: frames of the HIT trajectory (:mod:`pcgbench.tasks.hit`) after the 4-frame offset:
+``n_train`` train, the next ``n_val`` val, the rest test (paper: 0-149 / 150-167 / 168+).
+Observation: a point mask ``M = [U >= missing]`` shared by the 4 channels, ``U`` uniform from
+a generator seeded by ``seed_mask`` and the frame index (fixed per frame, nested across
+fractions); training frames get ``masks_per_frame`` masks (seed offset by the mask number).
+``cond = [y, M]`` ``[N, 5, n, n, n]``, ``y = M (.) (x - mean) / std`` (the task's normalizer,
+training-target statistics).  Test: ``test_conditions`` frames evenly spaced over the test
+range, each repeated ``ensemble`` times.  ``residual = [1/4 M (.) (encode(x) - y), div u]``
+(4 + 1 channels; Fourier divergence); metrics ``missing_rmse``, ``re``, ``crps``, ``coverage90``
+(``|c - 0.9|``), ``width90``.  Constraints ``observation`` (linear) and ``divergence``; chart
+``observed_helmholtz``: Fourier Leray projection, then the observed entries overwritten.
+Variants: ``hit_reconstruction`` (90 % missing), ``hit_reconstruction_50``, ``_99``.
 """
 
 from __future__ import annotations

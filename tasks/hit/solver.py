@@ -1,44 +1,20 @@
 """Batched pseudo-spectral solver of forced homogeneous isotropic turbulence (torch).
 
-Equations: incompressible Navier-Stokes on the 2 pi-periodic cube with Lundgren's
-linear forcing (Lundgren 2003; Rosales & Meneveau, Phys. Fluids 17, 095106, 2005)::
+Incompressible Navier-Stokes on the 2 pi-periodic cube with Lundgren's linear forcing
+(Lundgren 2003; Rosales & Meneveau, Phys. Fluids 17, 095106, 2005)::
 
-    du/dt + (u . grad) u = -grad p + nu Lap u + A u,   div u = 0.
+    du/dt + (u . grad) u = -grad p + nu Lap u + A u,   div u = 0,
 
-``f = A u`` acts on every Fourier mode with ``k != 0`` (Lundgren's forcing is linear in
-physical space, i.e. it forces all scales; the mean mode is excluded, it is zero anyway
-and would otherwise be amplified by round-off).  At stationarity the injected power
-``P = <f . u> = 2 A E`` balances ``eps``, so ``eps = 3 A u'^2`` and the eddy turnover
-time ``tau = u'^2 / eps = 1 / (3 A)``.  Since ``div f = A div u = 0`` the forcing
-does not enter the pressure Poisson equation ``-Lap p = d_i d_j (u_i u_j)``.
-
-Layout: fields are ``[B, C, n, n, n]`` with axes ``(x, y, z)`` the last three dims,
-``x_i = 2 pi i / n``.  Spectral state: ``rfftn`` over the last three dims,
-``uh [B, 3, n, n, n//2+1]`` (complex), unnormalised (torch's "backward" norm).
-
-Numerics.
-* Nonlinear term in rotational form: ``(u . grad) u = omega x u + grad(|u|^2/2)``, so
-  ``du/dt = P[u x omega] - nu k^2 u + A u`` with ``P = I - k k^T / k^2`` the Leray
-  projector that also removes the Bernoulli head ``p + |u|^2/2``.
-* De-aliasing: the 2/3 rule with **cubic** truncation, modes with
-  ``|k_i| >= dealias * n / 2`` on any axis are zero in the state and in the nonlinear
-  term (strict inequality, so 3 K < n for the largest kept ``K`` and quadratic products
-  never alias onto kept modes; for n = 32: ``|k_i| <= 10``).  The truncated (Galerkin)
-  nonlinear term then conserves energy exactly.  ``k_max = dealias * n / 2`` (= n/3,
-  the radius of the sphere inscribed in the kept cube) is the wavenumber used in the
-  resolution criterion ``k_max eta >= 1``.
-* Nyquist modes: odd derivatives of a real field have no real Nyquist coefficient, so
-  the derivative wavenumbers are set to 0 there (as in :mod:`.kolmogorov2d`); the
-  Nyquist modes are removed by the de-aliasing mask anyway (``dealias <= 1``).
-* Time: the linear part ``L(k) = A - nu k^2`` (0 at ``k = 0``; ``-nu k^2`` unforced) is
-  integrated exactly by an integrating factor ``v = exp(-L t) u``; the nonlinear term by
-  classical RK4 (Lawson IF-RK4, ``scheme="rk4"``) or Shu-Osher SSP-RK3 (Lawson
-  IF-RK3, ``scheme="rk3"``), both keeping their classical order.  The projected
-  nonlinear term and the scalar factors keep the state divergence-free to round-off.
-* Time step: ``dt = cfl * dx / max|u|`` (Euclidean speed), capped by ``dt_max``.  The
-  largest advective eigenvalue is ``|k . u| <= sqrt(3) k_i,max |u|`` with
-  ``k_i,max dx < 2 pi / 3``, so ``cfl = 0.4`` gives ``|lambda dt| < 1.46``, inside the
-  imaginary-axis stability interval of RK4 (2.83) and of RK3 (1.73).
+``A u`` acting on every mode with ``k != 0``; at stationarity ``eps = 3 A u'^2``, eddy turnover
+``tau = u'^2 / eps = 1 / (3 A)``; pressure from ``-Lap p = d_i d_j (u_i u_j)``.  Fields
+``[B, C, n, n, n]``, axes ``(x, y, z)`` the last three, ``x_i = 2 pi i / n``; spectral state
+``uh [B, 3, n, n, n//2+1]`` = unnormalised ``rfftn`` of the last three dims.  Rotational form
+``du/dt = P[u x omega] - nu k^2 u + A u`` (``P`` the Leray projector); cubic de-aliasing
+(modes with ``|k_i| >= dealias * n / 2`` on any axis are zero; ``k_max = dealias * n / 2`` in
+``k_max eta >= 1``); derivative wavenumbers 0 at Nyquist (as in
+:mod:`pcgbench.tasks.kolmogorov.solver`); the linear part ``A - nu k^2`` by integrating
+factor, the rest by Lawson IF-RK4 (``scheme="rk4"``) or IF Shu-Osher SSP-RK3 (``"rk3"``);
+``dt = cfl * dx / max|u|`` (Euclidean speed), capped by ``dt_max``.
 """
 
 from __future__ import annotations

@@ -1,57 +1,21 @@
 """Conditional Kolmogorov flow: velocity snapshots (u, v) conditioned on Re (PMosFM paper,
 Appendix "Kolmogorov Flow"; PBFM protocol in ``shared/REFERENCES.md``).
 
-**PDE.** Vorticity form on the 2 pi-periodic square,
-``omega_t + u . grad(omega) = (1/Re) Lap(omega) - 0.1 omega - 4 cos(4 y)``, solved by
-:mod:`pcgbench.tasks.kolmogorov.solver` (pseudo-spectral, 2/3 rule, IF-RK4; float64, float32
-at ``cpu``) on
-``n_solver`` points per axis and reduced to the stored ``n`` points by Fourier truncation
-(modes ``|k| < n/2``; exact for the band-limited solution, keeps the spectral divergence
-at round-off).  Fields: float32 ``[N, 2, n, n]``, channels ``(u, v)``, x along axis -2,
-y along axis -1 (``"ij"``), grid ``x_i = 2 pi i / n``.  **Units:** we store *physical*
-velocities.  PBFM's files hold physical velocities too, and its loader divides both
-channels by 5 (``PBFM_VELOCITY_SCALE``) before training, so PBFM's network units are
-ours / 5; :meth:`KolmogorovTask.load_external` keeps the file's physical values.
-
-**Condition.** ``cond = (Re - 300) / 200`` (``[N, 1]``, Re in [100, 500] -> [-1, 1];
-the PBFM loader's ``(Re - 100)/200 - 1``); :func:`re_to_cond`, :func:`cond_to_re`.
-
-**Sampling protocol (departs from PBFM on purpose).** PBFM integrates 1,500 steps of
-``dt = 1/Re`` and records every 10th step after step 1,000: the spin-up is then
-``1000/Re`` time units (10 at Re = 100, only 2 at Re = 500, i.e. 0.2 drag times), which
-leaves high-Re runs in the initial transient.  Here every trajectory starts from the
-laminar state plus a random perturbation (|k| <= 8, rms vorticity 2), is spun up for
-``spinup`` = 40 time units (the same for every Re; 4 drag times 1/0.1, ~30 eddy times),
-and then records ``snaps_*`` snapshots every ``snap_interval`` time units; time steps
-are CFL-based (``cfl``, capped at ``dt_max``), recomputed per recorded interval (the
-number of spin-up steps per Re is in :meth:`KolmogorovTask.stationarity_report`).
-Several independent trajectories per Re make up the snapshots of one condition.  All
-rows of a split share the time step, and the dynamics are chaotic: a split is
-deterministic for a given preset on a given platform (seeded, float64), but bitwise
-trajectories are not portable across FFT libraries/devices -- the statistics are.
-Measured transient (64^2, Re 100-500): the laminar state breaks down within ~5 time
-units, the energy undershoots and recovers on the drag time scale; with a 25-unit
-spin-up every Re still drifted upward by 4-23 % over the next 15 units, after ~35 units
-the mean energy is stationary (E ~ 0.65 at Re 100 to ~0.95 at Re 500, +-10 %
-fluctuations of a 4-trajectory mean).  Resolution (shell energy spectrum at the 2/3
-cut-off relative to its peak, Re = 500): 64^2 (``cpu`` solver grid) 1.5e-4 -- adequate
-for the stored 32^2 (|k| <= 15) but marginal at the cut-off; 128^2 (``paper``) resolves
-even Re = 1000 (2e-6).
-
-**Splits.** train: ``n_re_train`` Re values ``linspace(re_min, re_max)``, ``traj_train``
-trajectories x ``snaps_train`` snapshots each; val: the same Re, new trajectories (seed
-``seed_val``), ``snaps_val`` snapshots each; test: ``n_re_test`` held-out Re values at
-midpoints of training intervals spread evenly over the range (interval
-``floor((j + 1/2)(n_re_train - 1)/n_re_test)``; never equal to a training value),
-``traj_test x snaps_test`` snapshots.  Samples are ordered Re-major, then trajectory,
-then time.
-
-**Evaluator.** ``residual``: the paper's central-difference divergence
-``(u_{i+1} - u_{i-1})/(2 dx) + (v_{j+1} - v_{j-1})/(2 dy)`` (periodic; the number the
-paper reports: O(dx^2) truncation error, so non-zero on exact data);
-``residual_spectral``: Fourier divergence with the chart's derivative wavenumbers
-(round-off on data and on streamfunction-chart decodes).  Constraint ``divergence``:
-the spectral divergence, flattened (linear).  Chart ``streamfunction`` (default).
+``omega_t + u . grad(omega) = (1/Re) Lap(omega) - 0.1 omega - 4 cos(4 y)`` on the 2 pi-periodic
+square, solved by :mod:`.solver` (pseudo-spectral, 2/3 rule, IF-RK4; float64, float32 at ``cpu``)
+on ``n_solver`` points per axis, Fourier-truncated to the stored ``n`` (``|k| < n/2``).  Fields:
+float32 ``[N, 2, n, n]``, channels ``(u, v)`` in *physical* units (PBFM's network units are
+ours / 5, ``PBFM_VELOCITY_SCALE``; :meth:`KolmogorovTask.load_external` keeps physical values),
+x along axis -2, y along axis -1 (``"ij"``), ``x_i = 2 pi i / n``.  **Condition:**
+``cond = (Re - 300) / 200`` [N, 1] (Re in [100, 500] -> [-1, 1]; :func:`re_to_cond`,
+:func:`cond_to_re`).  **Sampling** (departs from PBFM): laminar state + random perturbation,
+``spinup`` time units at every Re, then ``snaps_*`` snapshots every ``snap_interval`` (CFL steps);
+rows Re-major, then trajectory, then time; deterministic per preset and platform, only the
+statistics are portable.  **Splits:** train and val at the ``n_re_train`` training Re (val: new
+trajectories), test at ``n_re_test`` held-out midpoints.  **Evaluator:** ``residual`` = the
+paper's central-difference divergence (O(dx^2), non-zero on exact data); ``residual_spectral``
+and constraint ``divergence`` = the spectral divergence; chart ``streamfunction`` (default).
+Rationale and measurements: docs/protocols.md, "Kolmogorov".
 """
 
 from __future__ import annotations

@@ -1,56 +1,21 @@
 """2-D Navier-Stokes vorticity trajectories with a fixed initial vorticity (constrained-PDE
-suite; PMosFM paper, Appendix "Zero-shot constrained-PDE reference"; the PCFM protocol,
+suite; PMosFM paper, Appendix "Zero-shot constrained-PDE reference"; PCFM protocol,
 ``shared/REFERENCES.md`` "Navier-Stokes 2-D").
 
-**PDE.** ``w_t + u . grad(w) = nu Lap(w) + f`` on the periodic unit torus, ``nu = 1e-3``,
-forcing ``f = 0.1 sqrt(2) sin(2 pi (x + y) + phi)``, solved by
-:mod:`pcgbench.tasks.navier_stokes.solver` (pseudo-spectral, Crank-Nicolson viscosity, explicit
-advection, 2/3 rule).  Initial vorticity: mean-free Gaussian random field
-(``alpha = 2.5``, ``tau = 7``; PCFM's ``GaussianRF`` law).  Fields are float32
-``[N, 1, nt, n, n]`` (time, y, x), ``w[:, 0, m, j, i] = w(x_i, y_j, m * dt_snap)``.
-
-**Splits.** The sampling set is "fixed initial vorticities x forcing phases".  train:
-``n_ic_train`` GRF draws (seed ``seed_train``) x ``n_phi_train`` phases
-``linspace(0, phi_max, n_phi_train)``, all pairs, IC-major (PCFM: 100 x 100).  test:
-``n_ic_test`` GRF draws (seed ``seed_test``) x ``linspace(0, phi_max, n_phi_test)``
-(PCFM: 10 x 100).  val: the *same* initial vorticities as test with ``n_phi_test``
-phases per group drawn i.i.d. ``U[0, phi_max]`` (seed ``seed_val``), so val vs test
-differs only in the hidden randomness (the data floor).  Rows of a group share their
-condition exactly; :meth:`NavierStokesTask.phases` returns every row's phase.
-
-**Condition.** ``cond`` = the constraint data, the initial vorticity flattened
-``[N, n*n]`` (row-major (y, x)).  The forcing phase is deliberately *not* in ``cond``:
-it is the hidden randomness the zero-shot samplers must reproduce (a phase in ``cond``
-would hand PMosFM, which may condition on ``cond``, each test row's answer, split every
-condition group into single rows, and make the residual of a generated sample depend on
-which test row it was paired with).
-
-**Constraints.** ``ic``: ``w(., 0) - IC`` ([N, n*n], linear).  ``cl``: total vorticity
-constant in time, ``mean_xy w(., t_m) - mean_xy w(., 0)`` for m >= 1 ([N, nt-1],
-linear; ``mean`` = the integral over the unit torus, PCFM's ``sum * dx * dy``; relative
-to the sample's own first snapshot, as PCFM's ``mass_residual_ns``).  Chart ``ic_cl``
-(default): one affine chart of both -- the IC slice is fixed to ``cond`` and every later
-snapshot is mean-free coordinates shifted by the IC mean
-(:class:`pcgbench.charts.MeanFreeChart` with ``ref_dim`` = time and ``ref_fn`` = cond).
-
-**Evaluator** (``residual``, metric ``re``): the vorticity-equation residual between
-consecutive snapshots (:func:`pcgbench.tasks.navier_stokes.solver.snapshot_residual`: trapezoidal
-in time, spectral in space, the solver's de-aliased advection) minus the forcing of the
-protocol family ``phi in [0, phi_max]`` closest to the sample in l2 (closed form,
-:func:`fit_forcing_phase`): a generated sample carries no phase label, so it is judged
-against the best forcing of the family.  :meth:`NavierStokesTask.residual_with_phase`
-uses given phases instead.  The snapshot spacing (1 time unit in both presets) makes the
-residual non-zero on exact data: its floor is measured in the docs.
-
-**Presets.** ``paper``: 64^2, ``dt = 1e-3``, snapshots every 1000 steps, t = 0..49
-(50 snapshots), 100 x 100 train, 10 x 100 val/test, float64 solver on CUDA when
-available (PCFM ran float32; float32 and float64 trajectories drift apart by up to
-2e-3 relative rms by t = 49, so bitwise data are not portable across precisions or
-FFT libraries -- the statistics are).  ``cpu``: same physics on 32^2 with
-``dt = 1e-2``, snapshots every time unit to t = 10 (11 snapshots), 32 x 24 train,
-8 x 16 val/test, float32 solver: at this horizon 32^2 from the truncated IC agrees with
-the truncated 64^2 solution to ~1e-5 and ``dt = 1e-2`` differs from ``dt = 1e-3`` by
-<= 5e-4 relative rms.  ``smoke``: 16^2, ``dt = 1e-2``, 4 snapshots 0.5 apart.
+``w_t + u . grad(w) = nu Lap(w) + f`` on the periodic unit torus, ``nu = 1e-3``,
+``f = 0.1 sqrt(2) sin(2 pi (x + y) + phi)``, solved by :mod:`.solver`; initial vorticity a
+mean-free Gaussian random field (PCFM's ``GaussianRF``, ``alpha = 2.5``, ``tau = 7``).  Fields:
+float32 ``[N, 1, nt, n, n]``, ``w[:, 0, m, j, i] = w(x_i, y_j, m * dt_snap)``.  **Splits:** fixed
+initial vorticities x forcing phases in ``[0, phi_max]``: train ``n_ic_train`` x ``n_phi_train``
+(IC-major); test ``n_ic_test`` x ``linspace(0, phi_max, n_phi_test)``; val the test ICs x
+``n_phi_test`` i.i.d. phases.  **Condition:** ``cond`` = the initial vorticity ``[N, n*n]``
+(row-major (y, x)); the phase is hidden randomness (:meth:`NavierStokesTask.phases`).
+**Constraints** (linear): ``ic`` = ``w(., 0) - IC`` [N, n*n]; ``cl`` [N, nt-1] =
+``mean_xy w(., t_m) - mean_xy w(., 0)``, m >= 1; chart ``ic_cl`` (default, :class:`MeanFreeChart`).
+**Evaluator** ``residual`` (metric ``re``): :func:`.solver.snapshot_residual` minus the forcing
+of the phase in ``[0, phi_max]`` closest in l2 (:func:`fit_forcing_phase`; given phases:
+:meth:`NavierStokesTask.residual_with_phase`).  **Presets:** ``paper`` 64^2, ``dt = 1e-3``,
+t = 0..49; ``cpu`` 32^2, ``dt = 1e-2``, t = 0..10; ``smoke`` 16^2.  Floors: docs/protocols.md.
 """
 
 from __future__ import annotations

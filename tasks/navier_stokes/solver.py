@@ -1,45 +1,20 @@
-"""Batched pseudo-spectral solver of the forced 2-D Navier-Stokes equations in vorticity
-form on the periodic unit torus (torch): Crank-Nicolson viscosity, explicit advection.
-
-Equation (constrained-PDE suite, ``shared/REFERENCES.md`` "Navier-Stokes 2-D"; the
-data generator of PCFM, ``datasets/generate_ns_2d.py``, after Li et al. 2020)::
+"""Batched pseudo-spectral solver of the forced 2-D Navier-Stokes equations in vorticity form
+(torch; constrained-PDE suite, ``shared/REFERENCES.md`` "Navier-Stokes 2-D"; PCFM's data
+generator ``datasets/generate_ns_2d.py``, after Li et al. 2020)::
 
     dw/dt + u . grad(w) = nu Lap(w) + f,   u = (d psi/dy, -d psi/dx),   -Lap(psi) = w,
 
-on ``[0, 1)^2``, grid ``x_i = i/n``, ``y_j = j/n``.  **Layout:** fields are
-``[..., n, n]`` with y along axis -2 and x along axis -1 (``"xy"`` indexing:
-``w[..., j, i] = w(x_i, y_j)``); spectral states are ``rfft2`` over the last two axes.
-
-**Scheme** (one step of size ``dt``; ``k`` the angular wavenumber ``2 pi (k_x, k_y)``)::
-
-    w_hat <- [(1 - a) w_hat + dt (f_hat - N_hat(w))] / (1 + a),   a = dt nu |k|^2 / 2,
-
-i.e. Crank-Nicolson for the viscous term and forward Euler for advection and forcing,
-with ``N_hat`` the 2/3-rule de-aliased transform of ``u . grad(w)`` evaluated
-pseudo-spectrally (modes with ``|k_x|`` or ``|k_y| > n // 3`` removed; the same cut-off
-as PCFM's ``|k| <= (2/3)(n/2)``).  The state itself is not truncated (as in PCFM): modes
-above the cut-off only decay viscously.  First derivatives use zero Nyquist wavenumbers
-(real fields); the Laplacian uses the full symbol.  Two deliberate differences from
-PCFM's code, both invisible on its data: (i) the mean mode has ``|k|^2 = 0`` in the
-viscous factor (PCFM sets the Laplacian's mean entry to 1 to divide by it, which damps
-a non-zero mean as ``exp(-nu t)``; its initial fields and forcing are mean-free, so the
-mean stays 0 either way), and (ii) the mean mode of the advection term is set to 0 (the
-exact value: ``<u . grad w> = <div(u w)> = 0``), so the total vorticity changes only by
-the forcing's mean -- exactly 0 for the protocol forcing -- and is conserved to
-round-off in any precision.
-
-Initial vorticities: :func:`gaussian_random_field` (PCFM's ``GaussianRF`` law,
-``alpha = 2.5``, ``tau = 7``, mean-free).  Forcing: :func:`sinusoidal_forcing`
-``0.1 sqrt(2) sin(2 pi (x + y) + phi)``.
-
-Exact solutions used by the tests: any vorticity whose Fourier modes share one shell
-``|k| = const`` has ``psi`` proportional to ``w``, hence ``u . grad(w) = 0``; such a
-field decays as ``exp(-nu |k|^2 t)`` (each step by ``(1 - a)/(1 + a)`` exactly), and the
-protocol forcing (shell ``|k|^2 = 8 pi^2``) has the exact steady state
-``w_s = f / (nu |k|^2)``, a fixed point of the discrete scheme.
-
-Everything is plain torch (float64 default, float32 option, any device), batched over
-rows; gradients flow through :meth:`NavierStokesCN.solve`.
+on the periodic ``[0, 1)^2``, grid ``x_i = i/n``, ``y_j = j/n``.  **Layout:** ``[..., n, n]``,
+y along axis -2, x along axis -1 (``"xy"``: ``w[..., j, i] = w(x_i, y_j)``); spectra ``rfft2``.
+**Scheme** (step ``dt``, ``k = 2 pi (k_x, k_y)``), Crank-Nicolson viscosity, explicit advection:
+``w_hat <- [(1 - a) w_hat + dt (f_hat - N_hat(w))] / (1 + a)``, ``a = dt nu |k|^2 / 2``, with
+``N_hat`` the 2/3-rule de-aliased (``|k_x|, |k_y| <= n // 3``) pseudo-spectral ``u . grad(w)``;
+the state is not truncated (as PCFM); first derivatives use zero Nyquist wavenumbers.  The mean
+mode has ``|k|^2 = 0`` and zero advection: total vorticity changes only by the forcing's mean.
+ICs: :func:`gaussian_random_field` (PCFM's ``GaussianRF``, ``alpha = 2.5``, ``tau = 7``,
+mean-free); forcing :func:`sinusoidal_forcing` ``0.1 sqrt(2) sin(2 pi (x + y) + phi)``.  Plain
+torch (float64 default, float32 option, any device), batched over rows; gradients flow
+through :meth:`NavierStokesCN.solve`.
 """
 
 from __future__ import annotations

@@ -1,64 +1,20 @@
-"""1-D reaction-diffusion (Fisher-KPP) with Neumann flux boundaries, IC task of the
-constrained-PDE suite (PCFM protocol; PMosFM paper Appendix "Zero-shot constrained-PDE
-reference", Table zero-shot-constrained-pde, "Reaction-Diffusion IC").
+"""1-D reaction-diffusion (Fisher-KPP), IC task of the constrained-PDE suite (PCFM protocol;
+PMosFM paper, Appendix "Zero-shot constrained-PDE reference", "Reaction-Diffusion IC").
 
-Fields are trajectories of ``u_t = nu u_xx + rho u (1 - u)``, ``rho = 0.01``,
-``nu = 0.005``, on ``nx`` cells of ``[0, 1]`` (centres ``(j + 1/2)/nx``) with boundary
-fluxes ``-nu u_x = g_L`` at ``x = 0`` and ``g_R`` at ``x = 1``, saved every ``dt_save`` from
-``t = 0`` to ``t = (nt - 1) dt_save`` (paper: 128 cells, every 0.01 to 0.99, nt = 100),
-stored float32 ``[N, 1, nt, nx]`` (time first).  Solver: :mod:`.solver` (exact logistic
-reaction + explicit midpoint finite-volume diffusion,
-``h <= 0.25 * 0.5 dx^2/nu``), float64.  Initial conditions: random sums of sinusoids with
-``k in {1, 2, 3}`` (10 % absolute value, 10 % tanh window), normalized to ``[0, 1]``;
-fluxes ``g_L ~ U[0, 0.05]``, ``g_R ~ U[-0.05, 0]`` rounded to 3 decimals (as the reference
-generator does).
-
-**Conditions.** ``cond`` [N, nx] = the prescribed initial values ``u(0, x_j)``;
-zero-shot task.  The boundary fluxes are *not* part of the condition: in the IC task they
-are the per-row randomness of the sampling set (a fixed IC, the distribution over
-fluxes), unknown to the sampler, exactly as in PCFM (whose constraints use only the IC
-and the field).  With the fluxes in ``cond`` every row would be its own group, and the
-per-condition MMSE/SMSE (and the val-vs-test floor) would be undefined.
-
-**Splits.** train: ``n_ic_train`` ICs x ``n_bc_train`` flux pairs, every combination
-(paper 80 x 80 = 6400; IC-major rows).  val / test (the sampling sets): ``n_groups`` fixed
-ICs x ``bc_per_group_*`` flux draws (per-split seeds), rows ordered group by group.  The
-fixed ICs are the *first* ``n_groups`` training ICs: the reference generates its sampling
-set ("RD_sampling_diffICs", 20 ICs x 512 flux pairs) with the training seed, so its ICs
-repeat the first 20 training ICs (with fresh fluxes); ``paper`` uses 20 x 512 for val and
-test.  (The reference's separate 30 x 30 "test" file is not a sampling set and is not
-generated.)
-
-**Constraints.** ``ic`` = ``u(0, .) - cond`` ``[N, nx]`` (linear); ``cl`` = the interior
-mass balance of :func:`~pcgbench.tasks.reaction_diffusion_ic.solver.interior_mass_balance_residual`
-``[N, nt - 1]`` (nonlinear)::
-
-    r_n = M_n - M_0 - trapezoid_{0..n}(S + F_L - F_R),   n = 1..nt-1,
-    M = dx sum_{j=1}^{nx-2} u_j,  S = rho dx sum_{j=1}^{nx-2} u_j (1 - u_j),
-    F_L = -nu (u_1 - u_0)/dx,  F_R = -nu (u_{nx-1} - u_{nx-2})/dx,
-
-the mass of the interior cells changed by the reaction and by the diffusive fluxes
-through the two faces next to the boundary cells (the scheme's own fluxes there; the
-Neumann data enter through the boundary cells).  PCFM's form instead takes the whole
-domain and estimates the boundary flux ``-nu u_x`` by one-sided 5-point differences at
-the boundary cell *centres*; that is not the flux the solver imposes, and on the
-reference's own kind of data (128 cells, dt = 0.01, 400 trajectories) it leaves a
-residual of l2 mean 2.3e-2 (PCFM's reported CE(CL) of FFM is 3.9e-2), against 3.2e-4
-for the interior form (docs: measured floors per preset).
-
-**Evaluator ``re``**: ``u_t - nu u_xx - rho u (1 - u)`` on the saved grid at the interior
-cells (:func:`~pcgbench.tasks.reaction_diffusion_ic.solver.fisher_kpp_residual`: centred / one-sided
-second-order time differences, three-point ``u_xx``) -> ``[N, nt, nx - 2]``.  Its floor
-on the data is dominated by the first saved slices: the initial conditions do not
-satisfy the flux boundary conditions, so a boundary layer forms at ``t = 0+`` that the
-save interval does not resolve.
-
-**Chart** ``ic_mass`` (default): coordinates = slices ``1..nt-1`` ``[1, nt - 1, nx]``,
-lifted by :class:`InitialSliceChart` (slice 0 = ``cond``'s IC, exact) and projected onto
-the mass balance by ``gn_iters`` Gauss-Newton steps
-(:class:`~pcgbench.charts.GaussNewtonChart`, approximate decoder, declared tolerance
-``gn_tolerance`` on ``||R_h||_2``; certificates by
-:func:`~pcgbench.charts.decoder_certificates`).
+``u_t = nu u_xx + rho u (1 - u)``, ``rho = 0.01``, ``nu = 0.005``, on ``nx`` cells of ``[0, 1]``
+(centres ``(j + 1/2)/nx``), Neumann fluxes ``-nu u_x = g_L`` at x = 0, ``g_R`` at x = 1, saved
+every ``dt_save`` from 0 to ``(nt - 1) dt_save``: float32 ``[N, 1, nt, nx]`` (time first); solver
+:mod:`.solver` (float64).  ICs: random sums of sinusoids (k in {1, 2, 3}) normalized to [0, 1];
+``g_L ~ U[0, 0.05]``, ``g_R ~ U[-0.05, 0]``, rounded to 3 decimals.  ``cond`` [N, nx] is the IC
+``u(0, x_j)`` only; the fluxes are the hidden per-row randomness.  Splits: train ``n_ic_train``
+ICs x ``n_bc_train`` flux pairs (IC-major); val / test: the first ``n_groups`` training ICs x
+``bc_per_group_*`` flux draws (per-split seeds), rows grouped by IC.  Constraints: ``ic`` =
+``u(0, .) - cond`` [N, nx] (linear); ``cl`` [N, nt - 1] (nonlinear) =
+:func:`~.solver.interior_mass_balance_residual` (interior cells, the scheme's own face fluxes).
+Evaluator ``re``: :func:`~.solver.fisher_kpp_residual` [N, nt, nx - 2].  Chart ``ic_mass``
+(default): slices ``1..nt-1`` lifted by :class:`InitialSliceChart` (slice 0 = ``cond``),
+projected onto the mass balance by ``gn_iters`` Gauss-Newton steps (:class:`GaussNewtonChart`,
+tolerance ``gn_tolerance`` on ``||R_h||_2``).  Measured floors: docs/protocols.md.
 """
 
 from __future__ import annotations

@@ -1,81 +1,19 @@
-"""Data generator of the "turbulence mass transfer" (TMT) benchmark: 2-D incompressible
-flow past one random immersed body, by Brinkman volume penalization (torch, batched).
-
-**Equations** (Brinkman penalization: Angot, Bruneau & Fabrie 1999; pseudo-spectral
-form: Kolomenskiy & Schneider 2009), kinematic (density 1), on the doubly periodic box
-``[0, L)^2``::
+"""TMT ("turbulence mass transfer") data generator: 2-D incompressible flow past one random
+immersed body, Brinkman volume penalization (Angot, Bruneau & Fabrie 1999; pseudo-spectral
+form: Kolomenskiy & Schneider 2009), torch, batched.  Kinematic, on the periodic ``[0, L)^2``::
 
     du/dt + (u . grad) u = -grad p + nu Lap u - (chi / eta) (u - u_body) + G(t),
     div u = 0,   u_body = 0,   <u> = U_inf = (1, 0),
 
-i.e. flow past a periodic array of fixed bodies.  ``chi`` is the body mask (1 inside, 0
-outside, optionally smoothed across the boundary), ``eta`` the permeability: the
-penalized solution converges to the no-slip one as ``eta -> 0`` (Angot et al. 1999),
-through a layer of thickness ``sqrt(nu eta)`` inside the body (Carbou & Fabrie 2003),
-so ``|u|`` there is ``O(eta^1/2)`` in the continuum.  ``G(t)`` is a uniform mean pressure
-gradient chosen at every step so the box-mean velocity stays exactly ``U_inf`` (a
-"constant flow rate" drive; total pressure ``p - G . x``); its value is the drag per
-unit box area.  Channels of a sample: ``(u, v, p, phi)`` with ``phi`` the exact
-periodic signed distance to the body (negative inside).
-
-**Layout**: fields ``[..., n, n]`` with x along axis -2 and y along axis -1 (``"ij"``),
-grid ``x_i = i L / n`` (as :mod:`pcgbench.tasks.kolmogorov.solver`); spectral states are
-``rfft2`` over the last two axes; first derivatives use zero Nyquist wavenumbers.
-
-**Numerics** (one step of size ``dt``, Lie splitting, first order in time overall):
-
-A. advection and viscosity, ``du/dt = P[-div(u u)] + nu Lap u`` with ``P`` the spectral
-   Leray projector: Lawson integrating-factor RK3 (Kutta's tableau), so viscosity is
-   exact; the advection term is de-aliased by the 2/3 rule (its input and output
-   truncated to ``|k_x|, |k_y| <= n // 3``).  The state itself keeps every mode, as in
-   :mod:`pcgbench.tasks.navier_stokes.solver`: truncating it would ring the (under-resolved)
-   penalization layer back into the body by Gibbs oscillations, making the no-slip
-   error independent of ``eta`` (measured, n = 32: max |u| inside 0.15-0.17 for every
-   eta in 1e-2..1e-5).
-B. penalization and pressure together, implicitly (backward Euler)::
-
-       (1 + dt chi / eta) u' + dt grad q = u_A + dt G,   div u' = 0,   <u'> = U_inf.
-
-   Eliminating ``u'`` gives the variable-coefficient Poisson problem
-   ``-div(m^-1 grad q) = -div(m^-1 (u_A + dt G)) / dt``, ``m = 1 + dt chi / eta``,
-   solved by conjugate gradients preconditioned with the spectral Laplacian (the
-   preconditioned spectrum lies in ``[1 / (1 + dt / eta), 1]``), started from the
-   linear extrapolation of the last two steps' ``q``; rows stop independently, so a
-   sample does not depend on its batch.  ``G`` enters linearly, so the two responses
-   to a unit ``G`` are solved once per run and ``G`` follows from a 2x2 system.  A
-   final spectral Leray projection removes the CG residual, so ``div u`` is round-off.
-   Because ``q`` and the penalization are solved together, the velocity inside the
-   body is ``eta / chi`` times the other (bounded) forces: the no-slip error is
-   ``O(eta)`` at grid points once the layer ``sqrt(nu eta)`` is sub-cell and the force
-   density ``chi u / eta`` has converged (measured, n = 32: log-log slope ~0.7 over
-   eta = 1e-2..1e-4, ~0.93 from 1e-5 to 1e-6; ``tests/test_brinkman2d.py``).  The
-   common split ``u / (1 + dt chi / eta)`` followed by a plain projection lets the
-   projection put an eta-independent velocity back into the body (measured, n = 32,
-   eta = 1e-3..1e-5: max |u| inside 0.07-0.09 at cfl 0.5, 0.02-0.03 at cfl 0.1).
-
-The time step is fixed, ``dt = cfl h / u_ref`` (``u_ref`` a bound on ``|u| + |v|``), so
-it does not depend on the batch; if the observed Courant number ever exceeds
-``2 cfl`` the remaining interval is re-run with half the step.
-
-**Pressure** (channel ``p``): the zero-mean periodic kinematic pressure of the snapshot,
-the solution of the pressure Poisson equation (the divergence of the momentum
-equation; viscous term and ``G`` drop out since ``div u = 0``)::
-
-    -Lap p = div div(u u) + div(chi u / eta)  (= div((u . grad) u) - div f_pen),
-
-with the de-aliased advection term and the penalization force of the snapshot
-(``f_pen = -chi u / eta``).  Sign convention: for the Taylor-Green flow
-``u = cos x sin y``, ``v = -sin x cos y`` it is ``p = -(cos 2x + cos 2y) e^{-4 nu t} / 4``.
-
-**Signed distance**: circles trivially; ellipses exactly, from the closest-point
-condition of Eberly (2013, "Distance from a point to an ellipse"): the root
-``s > -1`` of ``F(s) = (r0 z0 / (s + r0))^2 + (z1 / (s + 1))^2 - 1`` (``r0 = (a/b)^2``,
-``z = (|x|/a, |y|/b)``), found by Newton iterations from the left end of Eberly's
-bracket (monotone, ``F`` is convex and decreasing) safeguarded by a bisection of the
-bracket; then ``phi = s hypot(|x| / (s + r0), |y| / (s + 1))`` (signed, no
-cancellation).  The periodic distance is the minimum over the 9 nearest images of the
-body, exact for a convex body smaller than half the box.  The mask is a sine ramp of
-width ``smooth`` cells centred on ``phi = 0`` (:func:`body_mask`).
+``chi`` the body mask (:func:`body_mask`), ``eta`` the permeability, ``G(t)`` the uniform drive
+keeping ``<u> = U_inf`` (its value: the drag per unit area).  Channels ``(u, v, p, phi)``: ``p``
+the zero-mean kinematic pressure, ``-Lap p = div div(u u) + div(chi u / eta)``; ``phi`` the
+exact periodic signed distance to the body (< 0 inside; ellipses after Eberly 2013).  Layout
+``[..., n, n]``, x on axis -2, y on axis -1 (``"ij"``), ``x_i = i L / n``; spectra ``rfft2``.
+Step (Lie splitting): Lawson IF-RK3 advection + viscosity (2/3 rule), then penalization and
+pressure implicitly (preconditioned CG + Leray projection: ``div u`` is round-off); fixed
+``dt = cfl h / u_ref``, so a sample does not depend on its batch (numerics and measurements:
+docs/protocols.md, "Turbulence mass transfer").
 """
 
 from __future__ import annotations
