@@ -21,11 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pcgbench.leaderboard import (
-    backbone_notes,
-    failed_notes,
     group_records,
-    reported_table,
-    summary_frame,
 )
 from pcgbench.leaderboard.tables import (
     LOADED_MARK,
@@ -220,17 +216,15 @@ def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from pcgbench.leaderboard.model import task_table
+
     order = tuple(TASKS.get(task).metrics) if task in TASKS else ()
-    mean, std, seeds = summary_frame(by_method, order)
-    bench = TASKS.get(task).paper_benchmark if task in TASKS else None
-    reported = reported_table(bench) if bench else None
+    table = task_table(records, task, preset, groups={(task, preset): by_method})
+    assert table is not None
+    mean, std, seeds, reported = table.mean, table.std, table.seeds, table.reported
     parts = [f'<h2 id="{html.escape(task)}-{html.escape(preset)}">{html.escape(task)} '
              f"(preset {html.escape(preset)})</h2>", table_html(mean, std, seeds, reported)]
-    from pcgbench.leaderboard.tables import table_notes
-
-    for line in (table_notes(task, preset, by_method, mean)
-                 + backbone_notes(mean, preset, by_method=by_method)
-                 + failed_notes(records, {task}, preset)):
+    for line in table.notes + table.remarks:
         parts.append(f'<p class="note">{html.escape(line)}</p>')
     methods = [m for m in mean.columns if method_of(m) != "data"]
     quality = next((r for r in ("wd", "re") if r in mean.index), order[0] if order else None)

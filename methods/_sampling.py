@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pcgbench.errors import PcgError
-from pcgbench.method import FitStats, FlowBackbone, Method
+from pcgbench.method import ConfigT, FitStats, FlowBackbone, Method
 from pcgbench.methods._jacobian import ColoredJacobian, DenseJacobian, Linearization
 from pcgbench.methods._linalg import (  # noqa: F401 - re-exported (the plugin toolkit)
     Cond,
@@ -173,7 +173,7 @@ def apply_projector(P: Tensor, z: Tensor, r: Tensor) -> Tensor:
 
 
 # -- the shared backbone ---------------------------------------------------------------------
-class BackboneSampler(Method):
+class BackboneSampler(Method[ConfigT]):
     """Base of the sampling-time methods on the shared pretrained backbone
     (``shared_backbone()``: ``fm_ot``, or ``ffm`` on zero-shot tasks).
 
@@ -191,7 +191,7 @@ class BackboneSampler(Method):
     default_backbone: ClassVar[str] = "fm_ot"
     zero_shot_backbone: ClassVar[str] = "ffm"
 
-    def __init__(self, task: Task, config, device: torch.device | str = "cpu"):
+    def __init__(self, task: Task, config: ConfigT, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)
         # unknown constraint names fail here, before the backbone is fitted or loaded
         select_constraints(task, getattr(config, "constraints", ()))

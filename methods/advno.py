@@ -88,7 +88,7 @@ class Discriminator(nn.Module):
 
 
 @METHODS.register("advno")
-class AdvNO(Method):
+class AdvNO(Method[AdvNOConfig]):
     """Neural operator with L2 + spectral + adversarial training (Oommen et al. 2025)."""
 
     Config = AdvNOConfig

@@ -101,7 +101,7 @@ class CCFMConfig(MethodConfig):
 
 
 @METHODS.register("ccfm")
-class CCFM(BackboneSampler):
+class CCFM(BackboneSampler[CCFMConfig]):
     """Euler sampling with chance-constrained projections of the noisy state."""
 
     Config = CCFMConfig

@@ -51,7 +51,7 @@ class CoCoGenConfig(MethodConfig):
 
 
 @METHODS.register("cocogen")
-class CoCoGen(BackboneSampler):
+class CoCoGen(BackboneSampler[CoCoGenConfig]):
     """Reverse-SDE sampling with the velocity-derived score + residual-gradient corrections."""
 
     Config = CoCoGenConfig

@@ -50,7 +50,7 @@ class DFlowConfig(MethodConfig):
 
 
 @METHODS.register("dflow")
-class DFlow(BackboneSampler):
+class DFlow(BackboneSampler[DFlowConfig]):
     """Optimize the source noise with L-BFGS through a differentiable Euler solve."""
 
     Config = DFlowConfig

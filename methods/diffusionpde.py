@@ -68,7 +68,7 @@ class DiffusionPDEConfig(MethodConfig):
 
 
 @METHODS.register("diffusionpde")
-class DiffusionPDE(BackboneSampler):
+class DiffusionPDE(BackboneSampler[DiffusionPDEConfig]):
     """Heun-like FM sampling with gradient guidance on the extrapolated endpoint."""
 
     Config = DiffusionPDEConfig

@@ -55,7 +55,7 @@ class ECIConfig(MethodConfig):
 
 
 @METHODS.register("eci")
-class ECI(BackboneSampler):
+class ECI(BackboneSampler[ECIConfig]):
     """Extrapolate the endpoint, correct it in closed form, interpolate back."""
 
     Config = ECIConfig

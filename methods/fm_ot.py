@@ -72,7 +72,7 @@ def euler_sample(method: Method, cond: torch.Tensor | None, n: int,
 
 
 @METHODS.register("fm_ot")
-class FMOT(Method):
+class FMOT(Method[FMOTConfig]):
     """Flow matching with the conditional OT path and Euler sampling."""
 
     Config = FMOTConfig

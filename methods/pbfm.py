@@ -174,7 +174,7 @@ def _flat(grads, params) -> torch.Tensor:
 
 
 @METHODS.register("pbfm")
-class PBFM(Method):
+class PBFM(Method[PBFMConfig]):
     """Flow matching + unrolled-endpoint residual loss, gradients combined by ConFIG."""
 
     Config = PBFMConfig

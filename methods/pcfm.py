@@ -58,7 +58,7 @@ class PCFMConfig(MethodConfig):
 
 
 @METHODS.register("pcfm")
-class PCFM(BackboneSampler):
+class PCFM(BackboneSampler[PCFMConfig]):
     """Euler sampling with per-step Gauss-Newton projection of the shot endpoint."""
 
     Config = PCFMConfig

@@ -78,7 +78,7 @@ def drift(v: torch.Tensor, x: torch.Tensor, t: float, h: float, kappa: float) ->
 
 
 @METHODS.register("pcft")
-class PCFT(Method):
+class PCFT(Method[PCFTConfig]):
     """Adjoint-Matching fine-tuning of FM-OT with the evaluator residual as terminal cost."""
 
     Config = PCFTConfig

@@ -110,7 +110,7 @@ class DDPMSchedule:
 
 
 @METHODS.register("pidm")
-class PIDM(Method):
+class PIDM(Method[PIDMConfig]):
     """DDPM predicting x0 with a residual likelihood term on the x0-estimate."""
 
     Config = PIDMConfig

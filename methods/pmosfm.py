@@ -170,7 +170,7 @@ class PMosFMConfig(MethodConfig):
 
 
 @METHODS.register("pmosfm")
-class PMosFM(Method):
+class PMosFM(Method[PMosFMConfig]):
     """One-step flow matching on a feasible chart with geometric and input preconditioning."""
 
     Config = PMosFMConfig

@@ -369,17 +369,16 @@ def regime_notes(records: Iterable[Mapping[str, Any]], tasks: list[str], preset:
     columns whose WD or energy distance exceed 2x the data floor
     (:func:`pcgbench.leaderboard.tables.backbone_notes`), computed from the same records
     (this preset, this device kind; the data column whatever its kind), one line each."""
-    from pcgbench.leaderboard.tables import backbone_notes, group_records, summary_frame
+    from pcgbench.leaderboard.model import task_table
+    from pcgbench.leaderboard.tables import backbone_notes
 
     mine = [r for r in as_records(records) if r.method == "data" or r.device_kind == device]
-    groups = group_records(mine)
     out = []
     for task in tasks:
-        if not (cols := groups.get((task, preset))):
+        if (table := task_table(mine, task, preset, reported=False)) is None:
             continue
-        mean, _, _ = summary_frame(cols)
         out += [f"regime ({task}): {note.removeprefix('note: ')}"
-                for note in backbone_notes(mean, preset, by_method=cols)]
+                for note in backbone_notes(table.mean, preset, by_method=table.by_method)]
     return out
 
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import nn
@@ -57,6 +57,9 @@ class RunContext:
     checkpoint_every: int = 0
 
 
+#: the config type of a method (``Method[FMOTConfig]``: ``self.config`` is an FMOTConfig)
+ConfigT = TypeVar("ConfigT", bound=MethodConfig)
+
 KNOWN_REQUIREMENTS = frozenset({"chart", "constraints", "linear_constraints"})
 
 
@@ -70,7 +73,7 @@ class FlowBackbone(Protocol):
     def sample_source(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
 
 
-class Method(ABC):
+class Method(ABC, Generic[ConfigT]):
     """Base class of every method.
 
     Subclasses declare ``Config`` and optionally ``requires`` (capabilities a task must
@@ -113,9 +116,9 @@ class Method(ABC):
             raise PcgError(f"method class {cls.__name__}: unknown requirement(s) "
                            f"{sorted(unknown)}; known: {sorted(KNOWN_REQUIREMENTS)}")
 
-    def __init__(self, task: Task, config: MethodConfig, device: torch.device | str = "cpu"):
+    def __init__(self, task: Task, config: ConfigT, device: torch.device | str = "cpu"):
         self.task = task
-        self.config = config
+        self.config: ConfigT = config
         self.device = torch.device(device)
         self.nfe = NFECounter()
         #: seconds per named phase of the last ``sample`` call (network, precondition, decode)

@@ -266,7 +266,7 @@ class Task(ABC):
     Params: ClassVar[type]
     metrics: ClassVar[tuple[str, ...]] = ("re", "wd", "js", "mmse", "smse", "energy")
     description: ClassVar[str] = ""
-    #: benchmark key of this task in the paper's reported tables (leaderboard/reported)
+    #: benchmark key of this task in the paper's reported tables (paper/reported)
     paper_benchmark: ClassVar[str | None] = None
     #: a registered variant that differs from the named task only in parameters (e.g.
     #: ``hit_reconstruction_50`` of ``hit_reconstruction``): same code path, so the

@@ -32,7 +32,12 @@ from pcgbench.log import generating
 from pcgbench.numerics.spectral2d import wavenumbers
 from pcgbench.registry import TASKS
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
-from pcgbench.tasks.kolmogorov import energy_drift, simulate_snapshots, spectral_divergence
+from pcgbench.tasks.kolmogorov import (
+    KolmogorovFlowParams,
+    energy_drift,
+    simulate_snapshots,
+    spectral_divergence,
+)
 
 
 def kfg_residual(x: torch.Tensor) -> torch.Tensor:
@@ -58,26 +63,15 @@ def kfg_residual(x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class KFGenerationParams:
+class KFGenerationParams(KolmogorovFlowParams):
     """Physics, grid, sampling and split parameters of ``kf_generation``."""
 
-    re: float = 1000.0
-    n: int = 32
     n_solver: int = 96
-    drag: float = 0.1
-    kf: int = 4
+    re: float = 1000.0
     n_traj: int = 8  # pool trajectories (train + val)
     snaps_per_traj: int = 32
     n_traj_test: int = 2
     train_fraction: float = 0.9
-    spinup: float = 40.0
-    snap_interval: float = 1.0
-    cfl: float = 0.8
-    dt_max: float = 0.05
-    init_kmax: int = 8
-    init_rms: float = 2.0
-    solver_dtype: str = "float64"
-    solver_device: str = "cpu"  # "auto": CUDA when available (the paper preset)
     seed_pool: int = 5200
     seed_split: int = 5201
     seed_test: int = 5202

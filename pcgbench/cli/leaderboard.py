@@ -7,7 +7,6 @@ import typing
 
 from pcgbench.cli._common import add_common
 from pcgbench.errors import PcgError
-from pcgbench.log import printable
 from pcgbench.registry import METHODS, TASKS
 
 
@@ -39,17 +38,7 @@ def add_parser(sub: typing.Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pcgbench.leaderboard import (
-        backbone_notes,
-        failed_notes,
-        format_table,
-        group_records,
-        load_records,
-        long_frame,
-        reported_table,
-        select,
-        summary_frame,
-    )
+    from pcgbench.leaderboard import failed_notes, load_records
     from pcgbench.leaderboard.tables import latex_output
     from pcgbench.storage import results_dir
 
@@ -91,6 +80,10 @@ def run(args: argparse.Namespace) -> None:
                                      args.preset):
                 print(f"\n{line}")
         return
+    from pcgbench.leaderboard.model import task_table
+    from pcgbench.leaderboard.render import table_csv, table_latex, table_markdown
+    from pcgbench.leaderboard.tables import group_records
+
     records = load_records(root)
     groups = group_records(records, variants=args.variants)
     if args.task is not None:
@@ -101,51 +94,14 @@ def run(args: argparse.Namespace) -> None:
         raise PcgError(f"no run records under {root}"
                        + (f" for task {args.task!r}" if args.task else "")
                        + "; run `pcgbench run --task T --method M` first")
-    csv_frames, latex_blocks = [], []
-    for task, preset in keys:
-        order = TASKS.get(task).metrics if task in TASKS else ()
-        mean, std, seeds = summary_frame(groups[(task, preset)], tuple(order))
-        reported = None
-        if not args.no_reported and task in TASKS:
-            bench = TASKS.get(task).paper_benchmark
-            reported = reported_table(bench) if bench else None
-        selected = select(mean, std, seeds, args.rows, args.methods, reported)
-        # from the whole table (--methods may drop the backbone); other columns if shown
-        notes = backbone_notes(mean, preset, shown=set(selected[0].columns),
-                               by_method=groups[(task, preset)])
-        mean, std, seeds, reported = selected
-        from pcgbench.leaderboard.tables import annotate_frame, render_notes, table_notes
-
-        shown = {m: groups[(task, preset)][m] for m in mean.columns}
-        if args.format == "csv":  # one CSV for all tasks: task and preset columns
-            frame = annotate_frame(long_frame(mean, std, seeds, reported), task, preset, mean)
-            frame.insert(0, "preset", [preset if src == "measured" else ""
-                                       for src in frame["source"]])
-            frame.insert(0, "task", task)
-            for col in ("method", "label"):  # no control characters
-                frame[col] = frame[col].map(printable)
-            csv_frames.append(frame)
-            continue
-        from pcgbench.leaderboard.tables import nonfinite_notes
-
-        lines = table_notes(task, preset, shown, mean)
-        more = notes + nonfinite_notes(mean) + failed_notes(records, {task}, preset)
-        if args.format == "latex":  # every note inside the table's float
-            latex_blocks.append(format_table(
-                mean, std, seeds, "latex", reported,
-                caption=f"{task} (preset {preset}): mean ± std over n seeds; best in bold",
-                notes=lines + more))
-            continue
-        print(f"\n## {task} (preset {preset})\n")
-        print(format_table(mean, std, seeds, args.format, reported)
-              + render_notes(lines, args.format))
-        for line in more:
-            print(f"\n{printable(line)}")
-    if latex_blocks:
-        print(latex_output(latex_blocks, args.standalone))
-    if csv_frames:
-        import pandas as pd
-
-        from pcgbench.leaderboard.tables import to_csv
-
-        print(to_csv(pd.concat(csv_frames, ignore_index=True)), end="")
+    tables = [task_table(records, task, preset, rows=args.rows, methods=args.methods,
+                         reported=not args.no_reported, groups=groups)
+              for task, preset in keys]
+    tables = [t for t in tables if t is not None]
+    if args.format == "csv":  # one CSV for all tasks: task and preset columns
+        print(table_csv(tables), end="")
+    elif args.format == "latex":
+        print(latex_output([table_latex(t) for t in tables], args.standalone))
+    else:
+        for table in tables:
+            print(table_markdown(table))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["dealias_mask", "derivative_wavenumbers", "fourier_truncate", "wavenumbers"]
+__all__ = ["VorticitySpectra", "dealias_mask", "derivative_wavenumbers", "fourier_truncate",
+           "wavenumbers"]
 
 
 def wavenumbers(n: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,3 +50,28 @@ def fourier_truncate(f: torch.Tensor, m: int) -> torch.Tensor:
     if half > 0:
         out[..., m - half :, : half + 1] = fh[..., n - half :, : half + 1]
     return torch.fft.irfft2(out * (m * m) / (n * n), s=(m, m))
+
+
+class VorticitySpectra:
+    """Velocity from vorticity spectra ``w_hat [B, n, n//2+1]`` of a 2-D periodic solver:
+    ``psi_hat = w_hat / |k|^2`` (mean mode 0), ``(u, v)_hat = (i k_y, -i k_x) psi_hat``.
+    A solver sets ``n``, ``ikx``, ``iky`` (``i k`` of odd derivatives) and ``k2_inv`` in its
+    own axis layout."""
+
+    n: int
+    ikx: torch.Tensor
+    iky: torch.Tensor
+    k2_inv: torch.Tensor
+
+    def ifft(self, fh: torch.Tensor) -> torch.Tensor:
+        return torch.fft.irfft2(fh, s=(self.n, self.n))
+
+    def velocity_hat(self, w_hat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(u_hat, v_hat) = (i k_y, -i k_x) psi_hat`` with ``psi_hat = w_hat / |k|^2``."""
+        psi = w_hat * self.k2_inv
+        return self.iky * psi, -self.ikx * psi
+
+    def velocity(self, w_hat: torch.Tensor) -> torch.Tensor:
+        """(u, v) ``[B, 2, n, n]`` of vorticity spectra."""
+        uh, vh = self.velocity_hat(w_hat)
+        return torch.stack([self.ifft(uh), self.ifft(vh)], dim=1)

@@ -169,13 +169,28 @@ def simulate_snapshots(
 
 
 @dataclass(frozen=True)
-class KolmogorovParams:
-    """Physics, grid, sampling and split parameters of the Kolmogorov task."""
+class KolmogorovFlowParams:
+    """What every Kolmogorov-flow dataset shares: grids, physics, spin-up, time stepping,
+    random initial vorticity and the solver's dtype/device."""
 
     n: int = 32  # stored grid per axis
     n_solver: int = 64  # solver grid per axis (>= n)
     drag: float = 0.1
     kf: int = 4
+    spinup: float = 40.0  # time units before recording (4 drag times)
+    snap_interval: float = 1.0  # time units between recorded snapshots
+    cfl: float = 0.8
+    dt_max: float = 0.05
+    init_kmax: int = 8
+    init_rms: float = 2.0
+    solver_dtype: str = "float64"
+    solver_device: str = "cpu"  # "auto": CUDA when available (the paper preset)
+
+
+@dataclass(frozen=True)
+class KolmogorovParams(KolmogorovFlowParams):
+    """Physics, grid, sampling and split parameters of the Kolmogorov task."""
+
     re_min: float = 100.0
     re_max: float = 500.0
     n_re_train: int = 8
@@ -186,14 +201,6 @@ class KolmogorovParams:
     snaps_val: int = 4
     traj_test: int = 4
     snaps_test: int = 16
-    spinup: float = 40.0  # time units before recording (4 drag times)
-    snap_interval: float = 1.0  # time units between recorded snapshots
-    cfl: float = 0.8
-    dt_max: float = 0.05
-    init_kmax: int = 8
-    init_rms: float = 2.0
-    solver_dtype: str = "float64"
-    solver_device: str = "cpu"  # "auto": CUDA when available (the paper preset)
     seed_train: int = 4100
     seed_val: int = 4101
     seed_test: int = 4102

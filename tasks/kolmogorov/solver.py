@@ -34,6 +34,7 @@ import math
 import torch
 
 from pcgbench.numerics.spectral2d import (
+    VorticitySpectra,
     dealias_mask,
     derivative_wavenumbers,
     wavenumbers,
@@ -42,7 +43,7 @@ from pcgbench.numerics.spectral2d import (
 __all__ = ["KolmogorovSolver"]
 
 
-class KolmogorovSolver:
+class KolmogorovSolver(VorticitySpectra):
     """IF-RK4 pseudo-spectral Kolmogorov-flow solver on an ``n x n`` grid.
 
     ``re``: Reynolds numbers, one per batch row (tensor [B] or float); ``drag`` alpha;
@@ -92,9 +93,6 @@ class KolmogorovSolver:
     def fft(self, f: torch.Tensor) -> torch.Tensor:
         return torch.fft.rfft2(f) * self.mask
 
-    def ifft(self, fh: torch.Tensor) -> torch.Tensor:
-        return torch.fft.irfft2(fh, s=(self.n, self.n))
-
     def ifft_dealiased(self, fh: torch.Tensor) -> torch.Tensor:
         """:meth:`ifft` of a de-aliased spectrum (zero where ``|k_y| > n // 3``): the
         transform along x runs on the ``n // 3 + 1`` columns that can be nonzero only,
@@ -102,10 +100,6 @@ class KolmogorovSolver:
         field, at ~3/4 of the work; ``tests/test_kolmogorov.py``)."""
         g = torch.fft.ifft(fh[..., : self.n // 3 + 1], dim=-2)
         return torch.fft.irfft(g, n=self.n, dim=-1)
-
-    def velocity_hat(self, w_hat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        psi = w_hat * self.k2_inv
-        return self.iky * psi, -self.ikx * psi
 
     def velocity(self, w_hat: torch.Tensor) -> torch.Tensor:
         """(u, v) [B, 2, n, n] of de-aliased vorticity spectra (the solver's states)."""

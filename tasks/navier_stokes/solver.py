@@ -25,7 +25,12 @@ import numpy as np
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.numerics.spectral2d import dealias_mask, derivative_wavenumbers, wavenumbers
+from pcgbench.numerics.spectral2d import (
+    VorticitySpectra,
+    dealias_mask,
+    derivative_wavenumbers,
+    wavenumbers,
+)
 
 __all__ = [
     "FORCING_AMPLITUDE",
@@ -102,7 +107,7 @@ def sinusoidal_forcing(
     return (amplitude * torch.sin(theta + phi)).to(dtype)
 
 
-class NavierStokesCN:
+class NavierStokesCN(VorticitySpectra):
     """Crank-Nicolson / explicit-advection pseudo-spectral solver on the ``n x n`` unit torus.
 
     ``nu``: viscosity; ``dt``: time step; ``forcing``: physical forcing ``[B or 1, n, n]``
@@ -152,19 +157,6 @@ class NavierStokesCN:
     # -- transforms ----------------------------------------------------------------------
     def fft(self, w: torch.Tensor) -> torch.Tensor:
         return torch.fft.rfft2(w.to(self.dtype))
-
-    def ifft(self, w_hat: torch.Tensor) -> torch.Tensor:
-        return torch.fft.irfft2(w_hat, s=(self.n, self.n))
-
-    def velocity_hat(self, w_hat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(u_hat, v_hat) = (i k_y, -i k_x) psi_hat`` with ``psi_hat = w_hat / |k|^2``."""
-        psi = w_hat * self.k2_inv
-        return self.iky * psi, -self.ikx * psi
-
-    def velocity(self, w_hat: torch.Tensor) -> torch.Tensor:
-        """(u, v) ``[B, 2, n, n]`` of vorticity spectra."""
-        uh, vh = self.velocity_hat(w_hat)
-        return torch.stack([self.ifft(uh), self.ifft(vh)], dim=1)
 
     # -- dynamics ------------------------------------------------------------------------
     def advection_hat(self, w_hat: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ class GaussianConfig(MethodConfig):
 
 
 @METHODS.register("pointwise_gaussian")
-class PointwiseGaussian(Method):
+class PointwiseGaussian(Method[GaussianConfig]):
     """Independent Gaussian per grid point, fitted on the train split."""
 
     Config = GaussianConfig
