@@ -10,10 +10,17 @@ may change; import them from here.
   :func:`gauss_newton_project`: constraint Jacobians and projections.
 - :func:`preset_backbone`, :data:`PRESET_RECIPE` (budget and optimization recipe),
   :data:`PRESET_BUDGET` (its ``(iterations, batch_size)``), :func:`euler_solve`: size and
-  train a learned network like every flow method, integrate a velocity field.
+  train a learned network like every flow method, integrate a velocity field;
+  :class:`CondOTPath`: the conditional OT path (``sample(x0, x1, t) -> (x_t, target)``).
 """
 
-from pcgbench.methods._flow import PRESET_BUDGET, PRESET_RECIPE, euler_solve, preset_backbone
+from pcgbench.methods._flow import (
+    PRESET_BUDGET,
+    PRESET_RECIPE,
+    CondOTPath,
+    euler_solve,
+    preset_backbone,
+)
 from pcgbench.methods._sampling import (
     BackboneSampler,
     apply_projector,
@@ -22,6 +29,6 @@ from pcgbench.methods._sampling import (
     shared_jacobian,
 )
 
-__all__ = ["PRESET_BUDGET", "PRESET_RECIPE", "BackboneSampler", "apply_projector", "euler_solve",
+__all__ = ["PRESET_BUDGET", "PRESET_RECIPE", "BackboneSampler", "CondOTPath", "apply_projector", "euler_solve",
            "gauss_newton_project", "orthogonal_projector", "preset_backbone",
            "shared_jacobian"]

@@ -23,6 +23,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2), like every other bad input."""
 
     def error(self, message: str) -> typing.NoReturn:
+        if "not allowed with argument" in message:  # an argparse exclusive group
+            message += " (they are mutually exclusive)"
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         raise SystemExit(2)
 

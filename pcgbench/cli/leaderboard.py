@@ -13,7 +13,8 @@ from pcgbench.registry import METHODS, TASKS
 def add_parser(sub: typing.Any) -> None:
     p = sub.add_parser("leaderboard", help="paper-style tables from all recorded runs")
     add_common(p)
-    p.add_argument("--task", default=None)
+    kind = p.add_mutually_exclusive_group()  # one kind of table: a task's, a suite's, an ablation's
+    kind.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
     p.add_argument("--format", choices=["md", "latex", "csv"], default="md")
     p.add_argument("--standalone", action="store_true",
@@ -21,10 +22,10 @@ def add_parser(sub: typing.Any) -> None:
                    "pdflatex as printed (else table floats needing booktabs and graphicx)")
     p.add_argument("--no-reported", action="store_true",
                    help="omit the paper's reported values")
-    p.add_argument("--suite", default=None, choices=["constrained_pde"],
+    kind.add_argument("--suite", default=None, choices=["constrained_pde"],
                    help="one table of a task suite in the paper's layout (rows dataset x "
                    "metric, columns methods)")
-    p.add_argument("--ablation", default=None, choices=["one_step"],
+    kind.add_argument("--ablation", default=None, choices=["one_step"],
                    help="an ablation table in the paper's layout: one_step = benchmarks x "
                    "PMosFM one-step objectives (--set objective=...), energy distance")
     p.add_argument("--rows", nargs="+", default=None, metavar="ROW",
@@ -55,9 +56,8 @@ def run(args: argparse.Namespace) -> None:
     if args.ablation is not None:
         from pcgbench.leaderboard.ablation import render_ablation
 
-        if args.task is not None or args.suite is not None or args.rows or args.methods:
-            raise PcgError("--ablation is its own table: --task/--suite/--rows/--methods "
-                           "do not apply")
+        if args.rows or args.methods:
+            raise PcgError("--ablation is its own table: --rows/--methods do not apply")
         text = render_ablation(load_records(root), args.ablation, args.format, args.preset,
                                reported=not args.no_reported)
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
@@ -65,8 +65,6 @@ def run(args: argparse.Namespace) -> None:
     if args.suite is not None:
         from pcgbench.leaderboard.suite import render_suite
 
-        if args.task is not None:
-            raise PcgError("--suite and --task are exclusive: a suite table covers its tasks")
         if args.rows or args.methods:
             raise PcgError("--rows/--methods apply to per-task tables, not to --suite")
         records = load_records(root)

@@ -20,10 +20,11 @@ def add_parser(sub: typing.Any) -> None:
                        "leaderboard; existing records are skipped")
     add_common(p)
     p.add_argument("--tasks", nargs="+", default=None, help="default: every task")
-    p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+    runs = p.add_mutually_exclusive_group()  # the methods to run, or an ablation's runs
+    runs.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                    help="default: every method; METHOD:key=value[,key=value] runs it with "
                    "those config overrides (as run --set; its own record, a variant column)")
-    p.add_argument("--ablation", default=None, choices=["one_step"],
+    runs.add_argument("--ablation", default=None, choices=["one_step"],
                    help="the runs of an ablation table (one_step: pmosfm with each "
                    "registered one-step objective; default tasks: the table's benchmarks), "
                    "then that table")
@@ -69,8 +70,6 @@ def run(args: argparse.Namespace) -> int:
     if args.ablation is not None:
         from pcgbench.leaderboard.ablation import ablation_layout
 
-        if args.methods:
-            raise PcgError("--ablation names its own runs: --methods does not apply")
         layout = ablation_layout(args.ablation)
         args.methods = layout.method_specs()
         args.tasks = args.tasks or [t for t, _, _ in layout.benchmarks]
