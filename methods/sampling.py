@@ -29,6 +29,6 @@ from pcgbench.methods._sampling import (
     shared_jacobian,
 )
 
-__all__ = ["PRESET_BUDGET", "PRESET_RECIPE", "BackboneSampler", "CondOTPath", "apply_projector", "euler_solve",
-           "gauss_newton_project", "orthogonal_projector", "preset_backbone",
-           "shared_jacobian"]
+__all__ = ["PRESET_BUDGET", "PRESET_RECIPE", "BackboneSampler", "CondOTPath",
+           "apply_projector", "euler_solve", "gauss_newton_project", "orthogonal_projector",
+           "preset_backbone", "shared_jacobian"]
