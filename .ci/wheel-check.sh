@@ -17,8 +17,9 @@ echo "$deps" > "$wsite/zz_deps.pth"
 cd "$tmp"
 "$tmp/venv/bin/python" - <<'PY'
 import pcgbench, pcgbench.tasks, pcgbench.methods, pcgbench.metrics, pcgbench.leaderboard
-assert "site-packages" in pcgbench.__file__, pcgbench.__file__
-assert "site-packages" in pcgbench.tasks.__file__, pcgbench.tasks.__file__
+import pcgbench.paper, pcgbench.tasks.hit.solver, pcgbench.cli.run, pcgbench.numerics.spectral2d
+for mod in (pcgbench, pcgbench.tasks, pcgbench.paper, pcgbench.tasks.hit.solver, pcgbench.cli.run):
+    assert "site-packages" in mod.__file__, mod.__file__
 from pcgbench.leaderboard import reported_table
 assert reported_table("burgers") is not None
 print("wheel import ok:", pcgbench.__file__)
