@@ -32,6 +32,8 @@ from pcgbench.registry import METHODS, TASKS, load_plugin
 from pcgbench.runner import RunOptions, build_task, method_config, planned_method, record_path
 
 EXECUTORS = ("local", "slurm", "debug")
+#: the sweep's process id, inherited by its jobs (a job in the same process is in-process)
+SWEEP_PID = "PCGBENCH_SWEEP_PID"
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,9 @@ def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
     from pcgbench.log import configure
     from pcgbench.runner import run
 
-    configure(verbose=True)  # timestamped phases in the job's log (SLURM, submitit)
+    if os.environ.get(SWEEP_PID) != str(os.getpid()):
+        configure(verbose=True)  # timestamped phases in the job's log (SLURM, submitit)
+    # (the debug executor runs jobs in the sweep's own process: its --quiet/--verbose hold)
     for module in plugins:
         load_plugin(module)
     t0 = time.perf_counter()
@@ -355,6 +359,7 @@ def sweep(p: Plan, eo: ExecutorOptions, log: Callable[[str], None] = print
           ) -> list[dict[str, Any]]:
     """Execute the plan's stages in order (a stage starts when the previous one ended)."""
     executor = make_executor(eo)
+    os.environ[SWEEP_PID] = str(os.getpid())  # jobs in this process keep its logging
     counter = [0]
     results: list[dict[str, Any]] = []
     with stop_on_sigterm():

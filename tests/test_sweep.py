@@ -3,6 +3,7 @@ records skipped, a failing job reported without stopping the others, one-line er
 
 from __future__ import annotations
 
+import logging
 import shutil
 
 import pytest
@@ -26,6 +27,8 @@ def test_debug_sweep_records_then_nothing_left(dirs, capsys):
     args = ["sweep", "--tasks", "burgers", "--methods", "fm_ot", "dflow", "--preset", "smoke",
             "--executor", "debug", "--quiet"]
     assert main(args) == 0
+    # in-process jobs keep the sweep's --quiet (once they switched every phase line on)
+    assert logging.getLogger("pcgbench").level == logging.WARNING
     out = capsys.readouterr().out
     assert "2 run(s) to do" in out and "sweep done" in out and "## burgers" in out
     assert "-- stage backbone done in" in out
