@@ -39,7 +39,9 @@ VOLATILE = (
     "checkpoint", "digest", "started", "finished", "git", "wall_seconds", "fit_wall_seconds",
     "inference", "load", "memory", "device", "samples_file", "data_file_path",
     "training.fit_seconds", "training.seconds_per_update", "versions",
-    "pretrained.checkpoint", "pretrained.record", "backbone_training",
+    "pretrained.checkpoint", "pretrained.record", "backbone_training", "created",
+    "training.calibration_seconds", "method_info.calibration_seconds",
+    "training.mean_update_seconds_per_depth",
 )
 
 #: table commands, each run once per task where it names ``{task}``
@@ -128,7 +130,8 @@ def snapshot(code: Path, records: Path, tables_from: Path, out: Path) -> None:
 
 def diff(a: Path, b: Path) -> int:
     bad = 0
-    ra, rb = (json.loads((p / "records.json").read_text()) for p in (a, b))
+    ra, rb = ({k: normalized(r) for k, r in json.loads((p / "records.json").read_text()).items()}
+              for p in (a, b))
     for key in sorted(set(ra) | set(rb)):
         if key not in ra or key not in rb:
             print(f"record {key}: only in {'after' if key not in ra else 'before'}")

@@ -77,7 +77,7 @@ def test_killed_fit_resumes_to_the_uninterrupted_weights(burgers, tmp_path, monk
 
 
 def _keys() -> set[str]:
-    from pcgbench.training import _RESUME_KEYS
+    from pcgbench.fitstate import _RESUME_KEYS
 
     return set(_RESUME_KEYS)
 

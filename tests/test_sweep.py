@@ -73,7 +73,7 @@ def test_a_failing_job_is_reported_and_the_others_run(tmp_path):
     (["--methods", "pmosfm:objective=meanflw"], "did you mean 'meanflow'"),
     (["--methods", "pmosfm:gama=1"], "unknown config key 'gama'"),
     (["--methods", ":gamma=1"], "malformed method"),
-    (["--ablation", "one_step", "--methods", "fm_ot"], "--methods does not apply"),
+    (["--ablation", "one_step", "--methods", "fm_ot"], "mutually exclusive"),
 ])
 def test_bad_sweep_input_is_one_line(dirs, capsys, argv, msg):
     base = ["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke"]

@@ -169,6 +169,6 @@ def test_sigterm_stops_each_phase_promptly_and_a_rerun_completes(tmp_path, phase
 
 
 def termination_keys() -> set[str]:
-    from pcgbench.training import _RESUME_KEYS
+    from pcgbench.fitstate import _RESUME_KEYS
 
     return set(_RESUME_KEYS)

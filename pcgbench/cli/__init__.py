@@ -54,7 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a bad command line (one line printed), or --help (0)
+        if exc.code in (0, None):
+            raise
+        return int(exc.code) if isinstance(exc.code, int) else 2
     if args.quiet:
         os.environ["TQDM_DISABLE"] = "1"
     from tqdm.contrib.logging import logging_redirect_tqdm
