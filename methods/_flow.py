@@ -84,15 +84,19 @@ class CondOTPath:
         return (1 - tb) * x0 + tb * x1, x1 - x0
 
 
-@torch.no_grad()
-def euler_solve(velocity: Velocity, x0: Tensor, steps: int, cond: Tensor | None = None
-                ) -> Tensor:
+def euler_solve(velocity: Velocity, x0: Tensor, steps: int, cond: Tensor | None = None,
+                after_step: Callable[[Tensor, int], Tensor] | None = None) -> Tensor:
     """x(1) of dx/dt = velocity(x, t, cond) from x(0) = x0 by ``steps`` uniform explicit
-    Euler steps, t [B, 1] (tested on closed forms)."""
+    Euler steps, t = k / steps as [B, 1] (tested on closed forms); ``after_step(x, k)``
+    maps the state after step k (a sampler's projection, correction or noise increment).
+    Differentiable where autograd is on (D-Flow optimizes through it); a sampler that needs
+    no gradient calls it under ``torch.no_grad()``."""
     x, n = x0, x0.shape[0]
     for k in range(steps):
         t = torch.full((n, 1), k / steps, device=x.device, dtype=x.dtype)
         x = x + velocity(x, t, cond) / steps
+        if after_step is not None:
+            x = after_step(x, k)
     return x
 
 

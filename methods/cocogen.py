@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from pcgbench.method import MethodConfig
-from pcgbench.methods._flow import bshape
+from pcgbench.methods._flow import bshape, euler_solve
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS
 from pcgbench.timing import PhaseTimer
@@ -92,21 +92,26 @@ class CoCoGen(BackboneSampler[CoCoGenConfig]):
         timer = PhaseTimer(self.device)
         cond = self.prepare_cond(cond)
         z = self.noise(n, generator)
-        dt = 1.0 / cfg.steps
         plan = self.correction_plan()
-        for k in range(cfg.steps):
-            t = k * dt
+
+        def drift(z: torch.Tensor, t: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
+            """v + (g^2/2) score = v + c (t v - z) (Euler-Maruyama's drift)."""
             with timer.phase("network"):
-                v = self.velocity(z, t, cond)
-            # drift v + (g^2/2) score = v + c (t v - z); diffusion g = sqrt(2 c (1 - t))
-            drift = v + cfg.sde_scale * (t * v - z)
-            z = z + dt * drift
+                v = self.velocity(z, t, c)
+            return v + cfg.sde_scale * (bshape(t, z.ndim) * v - z)
+
+        def noise_and_correct(z: torch.Tensor, k: int) -> torch.Tensor:
+            """The diffusion increment g sqrt(dt) xi, g = sqrt(2 c (1 - t)) (none at the last
+            step), then the step's residual-descent corrections."""
             if cfg.sde_scale > 0 and k < cfg.steps - 1:
-                g = math.sqrt(2 * cfg.sde_scale * (1 - t))
-                z = z + g * math.sqrt(dt) * self.noise(n, generator)
+                g = math.sqrt(2 * cfg.sde_scale * (1 - k / cfg.steps))
+                z = z + g * math.sqrt(1.0 / cfg.steps) * self.noise(n, generator)
             with timer.phase("correction"):
                 for _ in range(plan[k]):
                     z = self.correct(z, cond, cfg.correct_eps)
+            return z
+
+        z = euler_solve(drift, z, cfg.steps, cond, after_step=noise_and_correct)
         with timer.phase("correction"):
             for _ in range(cfg.extra_corrections):
                 z = self.correct(z, cond, cfg.extra_eps)

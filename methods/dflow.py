@@ -30,6 +30,7 @@ from typing import Literal
 import torch
 
 from pcgbench.method import MethodConfig
+from pcgbench.methods._flow import euler_solve
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS
 from pcgbench.timing import PhaseTimer
@@ -68,10 +69,7 @@ class DFlow(BackboneSampler[DFlowConfig]):
 
     def solve(self, z0, cond):
         """n-step Euler solve t: 0 -> 1 (differentiable when z0 requires grad)."""
-        z, dt = z0, 1.0 / self.config.steps
-        for k in range(self.config.steps):
-            z = z + dt * self.velocity(z, k * dt, cond)
-        return z
+        return euler_solve(self.velocity, z0, self.config.steps, cond)
 
     def constraint_loss(self, z1, cond):
         """Per-sample ||h(decode(z1))||^2 (+ residual term) of the NORMALIZED endpoint z1,

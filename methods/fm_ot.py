@@ -67,8 +67,9 @@ def euler_sample(method: Method, cond: torch.Tensor | None, n: int,
     flow-matching method whose sampler is plain Euler (FM-OT, FFM, PBFM, PCFT)."""
     shape = (n, *method.task.spec.field_shape)
     x = torch.randn(shape, generator=generator).to(method.device) if x0 is None else x0
-    return method.task.normalizer.decode(euler_solve(method.velocity, x, method.config.steps,
-                                                     cond))
+    with torch.no_grad():
+        x = euler_solve(method.velocity, x, method.config.steps, cond)
+    return method.task.normalizer.decode(x)
 
 
 @METHODS.register("fm_ot")

@@ -40,6 +40,23 @@ def test_cond_ot_path_ends_and_velocity():
     torch.testing.assert_close((ahead - xt) / h, target, rtol=1e-6, atol=1e-6)
 
 
+def test_euler_solve_after_step_hook_and_gradient():
+    """``after_step(x, k)`` runs after each step (here: a projection onto zero mean, which
+    commutes with a constant velocity), and the solve is differentiable in x0 (D-Flow)."""
+    x0 = torch.randn(2, 1, 6, dtype=torch.float64, requires_grad=True)
+    seen: list[int] = []
+
+    def center(x, k):
+        seen.append(k)
+        return x - x.mean(dim=-1, keepdim=True)
+
+    out = euler_solve(lambda x, t, c: torch.ones_like(x), x0, steps=4, after_step=center)
+    assert seen == [0, 1, 2, 3]
+    torch.testing.assert_close(out, x0 - x0.mean(dim=-1, keepdim=True))
+    (grad,) = torch.autograd.grad((2 * euler_solve(lambda x, t, c: x, x0, 3)).sum(), x0)
+    torch.testing.assert_close(grad, torch.full_like(x0, 2 * (4 / 3) ** 3))
+
+
 def test_euler_solve_passes_the_condition():
     seen = []
     euler_solve(lambda x, t, c: seen.append(c) or torch.zeros_like(x), torch.zeros(2, 3),

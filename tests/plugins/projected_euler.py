@@ -8,6 +8,7 @@ from pcgbench.method import MethodConfig
 from pcgbench.methods.sampling import (
     BackboneSampler,
     apply_projector,
+    euler_solve,
     orthogonal_projector,
     shared_jacobian,
 )
@@ -32,8 +33,7 @@ class ProjectedEuler(BackboneSampler):
         self.attach_backbone()  # the runner injected FM-OT (or FFM on zero-shot tasks)
         cond = self.prepare_cond(cond)
         z = self.noise(n, generator)  # the backbone's source, normalized units
-        for k in range(self.config.steps):
-            z = z + self.velocity(z, k / self.config.steps, cond) / self.config.steps
+        z = euler_solve(self.velocity, z, self.config.steps, cond)  # t = k / steps
         linear = tuple(k for k, c in self.task.constraints().items() if c.linear)
         h, _ = self.constraint_fn(linear)  # h takes normalized z and decodes it itself
         P = orthogonal_projector(shared_jacobian(h, z, cond))
