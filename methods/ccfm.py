@@ -27,7 +27,6 @@ import torch
 
 from pcgbench.config import Bounds
 from pcgbench.method import MethodConfig
-from pcgbench.methods._flow import euler_solve
 from pcgbench.methods._jacobian import DenseJacobian
 from pcgbench.methods._sampling import (
     BackboneSampler,
@@ -127,21 +126,19 @@ class CCFM(BackboneSampler[CCFMConfig]):
         jacobian = batched_jacobian if linear else self.jacobian_fn(
             cfg.constraints, h, z, cond, cfg.jacobian)
         self.check_dense_solve(k, jacobian)
+        dt = 1.0 / cfg.steps
         timer = PhaseTimer(self.device)
-
-        def velocity(z: torch.Tensor, t: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
+        # its own Euler loop (dt v, t = k dt), kept bit for bit: with euler_solve's
+        # t = k / steps its round-off-level constraint errors move (docs/protocols.md)
+        for k in range(cfg.steps):
+            t, tn = k * dt, (k + 1) * dt
             with timer.phase("network"):
-                return self.velocity(z, t, c)
-
-        def project(z: torch.Tensor, k: int) -> torch.Tensor:
-            """x_t into the chance-constraint band at the step's end time."""
+                z = z + dt * self.velocity(z, t, cond)
             with timer.phase("projection"):
                 last = k == cfg.steps - 1
                 steps = 1 if linear else cfg.newton_steps + (
                     cfg.final_newton_steps if last else 0)
-                return band_project(h, z, (k + 1) / cfg.steps, cond, kappa, steps=steps,
-                                    jac=jac, jacobian=jacobian)
-
-        z = euler_solve(velocity, z, cfg.steps, cond, after_step=project)
+                z = band_project(h, z, tn, cond, kappa, steps=steps, jac=jac,
+                                 jacobian=jacobian)
         self.sample_breakdown = dict(timer.seconds)
         return self.decode(z)
