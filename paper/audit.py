@@ -1,36 +1,19 @@
 """``pcgbench audit``: the PMosFM paper's own claims, each judged by a stated rule on our
-records.
+records (docs/protocols.md, "The audit of the paper's claims").
 
-The claims are data (``paper/reported/claims.csv``): each row quotes the paper
-verbatim (``quote``; whitespace-normalized, tested against the paper's source where it
-is present) with its ``location``, and names its operational test: ``kind``, the
-``tasks`` it covers, the ``metrics``, the methods it compares ``against`` and a
-``threshold``; ``test`` says the same in words.  One audit line per (claim, task).
-
-Verdicts (``supported`` / ``contradicted`` / ``inconclusive: what is missing or
-unresolved`` / ``not measured: why``), all from :data:`RULE`:
-
-* data: a method's default column (no ``--set``/``--tag``), status ok and not stale, the
-  latest record per seed, at the audited preset and device kind (CPU and CUDA records are
-  never pooled);
-* completeness first: PMosFM and EVERY method the claim compares need >= ``MIN_SEEDS``
-  values; a method that declines the task, or one with fewer values, makes the line
-  inconclusive, named;
-* a difference counts only when Welch's t-test (unequal variances, two-sided) rejects
-  equal means at ``ALPHA`` = 5 %; otherwise it is "unresolved" (inconclusive);
-* ``lower_each``: supported iff PMosFM is lower than every compared method; contradicted
-  iff it is higher than at least one; ``comparable``: PMosFM against ``threshold`` x the
-  best compared method (lowest mean), supported iff lower, contradicted iff higher;
-  ``at_most``: supported iff every seed <= threshold, contradicted iff every seed above;
-  ``ablation_lowest``: ``lower_each`` of PMosFM-native against every other registered
-  one-step objective, plus a "most benchmarks" line (supported on more than half);
-* timing and memory (``bench_lower_each``): never from CPU run records (each run times
-  itself in its own process, at its own moment, under whatever load the shared machine
-  had); only from one side-by-side benchmark record (``pcgbench.benchrecords``: the
-  interleaved repeats of ``benchmarks/inference_speed.py``, the per-update times and
-  rounds of ``benchmarks/training_cost.py``) or from GPU run records (seeds); the line
-  names the device and whether the machine was loaded (1-min load > CPU count);
-* ``study`` / ``not_measured``: no operational test on run records (the line says why).
+Claims are data (``reported/claims.csv``): a verbatim ``quote`` (tested against the paper's
+source) with its ``location``, and its test: ``kind``, ``tasks``, ``metrics``, ``against``,
+``threshold``, ``test`` in words; one line per (claim, task).  Verdicts ``supported`` /
+``contradicted`` / ``inconclusive: ...`` / ``not measured: ...`` follow :data:`RULE`:
+data are each method's default column, ok and not stale, latest record per seed, at one
+preset and device kind; PMosFM and EVERY compared method need >= ``MIN_SEEDS`` values (else
+inconclusive, named); a difference counts only where Welch's two-sided t-test rejects equal
+means at ``ALPHA`` = 5 %.  Kinds: ``lower_each`` (lower than every compared method;
+contradicted if higher than one), ``comparable`` (against ``threshold`` x the best compared
+mean), ``at_most`` (every seed <= threshold), ``ablation_lowest`` (native vs every other
+one-step objective, plus a "most benchmarks" line), ``bench_lower_each`` (timing/memory:
+only from one side-by-side benchmark record of ``pcgbench.benchrecords`` or from GPU run
+records, naming device and load; never from CPU run records), ``study`` / ``not_measured``.
 """
 
 from __future__ import annotations
