@@ -14,7 +14,7 @@ trailing edge, y up), chord ``c = 1 m``; free stream ISA sea level (288.15 K, 10
 ``theta_j = 2 pi (j + 1/2)/n_surf`` (trailing edge, lower surface, nose, upper surface),
 interpolated in theta from ``N_PANELS`` panel midpoints; ``n_time`` samples ``t_j = j P/n_time``
 of the third period of ``alpha(t) = alpha_m + alpha_a sin(2 pi t/P)`` (fixed phase).  Model
-details: docs/protocols.md, "Dynamic stall".
+details: docs/protocols.md, "Notes behind the code".
 """
 
 from __future__ import annotations

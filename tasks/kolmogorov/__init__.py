@@ -15,7 +15,7 @@ statistics are portable.  **Splits:** train and val at the ``n_re_train`` traini
 trajectories), test at ``n_re_test`` held-out midpoints.  **Evaluator:** ``residual`` = the
 paper's central-difference divergence (O(dx^2), non-zero on exact data); ``residual_spectral``
 and constraint ``divergence`` = the spectral divergence; chart ``streamfunction`` (default).
-Rationale and measurements: docs/protocols.md, "Kolmogorov".
+Rationale and measurements: docs/protocols.md, "Kolmogorov" and "Notes behind the code".
 """
 
 from __future__ import annotations

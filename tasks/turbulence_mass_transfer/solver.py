@@ -13,7 +13,7 @@ exact periodic signed distance to the body (< 0 inside; ellipses after Eberly 20
 Step (Lie splitting): Lawson IF-RK3 advection + viscosity (2/3 rule), then penalization and
 pressure implicitly (preconditioned CG + Leray projection: ``div u`` is round-off); fixed
 ``dt = cfl h / u_ref``, so a sample does not depend on its batch (numerics and measurements:
-docs/protocols.md, "Turbulence mass transfer").
+docs/protocols.md, "Notes behind the code").
 """
 
 from __future__ import annotations
