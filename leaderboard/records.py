@@ -19,7 +19,7 @@ def load_records(root: Path) -> list[RunRecord]:
     files (:func:`record_problem`), records whose content does not match their ``digest``
     (edited or damaged) and records with a metric outside its declared range are skipped
     and named in a warning, never a crash and never shown as results."""
-    from pcgbench.storage import record_digest
+    from pcgbench.record import record_digest
 
     out = []
     for path in sorted((root / "records").rglob("*.json")):

@@ -91,6 +91,23 @@ def metric_out_of_range(rec: Mapping[str, Any]) -> str | None:
     return None
 
 
+def record_digest(record: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of a run record's content (canonical JSON, every field except
+    ``digest`` itself and the reader's ``_path``)."""
+    import hashlib
+
+    body = {k: v for k, v in record.items() if k not in ("digest", "_path")}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def seal_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record as a reader will load it (a JSON round trip) with its ``digest``."""
+    out = json.loads(json.dumps(record, default=str))
+    out["digest"] = record_digest(out)
+    return out
+
+
 class RecordError(PcgError):
     """A record that cannot be used (ill-typed, or not a JSON object)."""
 

@@ -36,7 +36,13 @@ from pcgbench.metric import MetricContext
 from pcgbench.network import parameter_count
 from pcgbench.paper.protocol import protocol_for, protocol_overrides
 from pcgbench.presets import check_preset
-from pcgbench.record import SCHEMA_VERSION, RecordError, RunRecord
+from pcgbench.record import (
+    SCHEMA_VERSION,
+    RecordError,
+    RunRecord,
+    record_digest,
+    seal_record,
+)
 from pcgbench.registry import METHODS, METRICS, TASKS
 from pcgbench.storage import (
     atomic_write,
@@ -44,9 +50,7 @@ from pcgbench.storage import (
     config_hash,
     ensure_writable,
     make_dir,
-    record_digest,
     remove_orphan_temps,
-    seal_record,
 )
 from pcgbench.storage import results_dir as default_results_dir
 from pcgbench.task import Task
@@ -695,7 +699,7 @@ def reference_metrics(task: Task) -> tuple[dict[str, float], dict[str, float], s
 
 def write_record(path: Path, record: dict[str, Any]) -> RunRecord:
     """Write a run record atomically with its content digest (``digest``,
-    :func:`pcgbench.storage.record_digest`); metrics outside their declared ``bounds``
+    :func:`pcgbench.record.record_digest`); metrics outside their declared ``bounds``
     and ill-typed fields (:func:`pcgbench.record.record_problem`) are refused.  Returns the
     record as written."""
     record = _json_safe(record)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pcgbench.errors import PcgError
+from pcgbench.record import record_digest, seal_record  # noqa: F401 - re-exported
 
 
 def _expand(path: Path | str, what: str) -> Path:
@@ -121,23 +122,6 @@ def atomic_write_json(path: Path, obj: Any) -> None:
             os.fsync(f.fileno())
 
     atomic_write(path, write)
-
-
-def record_digest(record: dict[str, Any]) -> str:
-    """``sha256:<hex>`` of a run record's content (canonical JSON, every field except
-    ``digest`` itself and the reader's ``_path``)."""
-    import hashlib
-
-    body = {k: v for k, v in record.items() if k not in ("digest", "_path")}
-    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
-    return "sha256:" + hashlib.sha256(blob).hexdigest()
-
-
-def seal_record(record: dict[str, Any]) -> dict[str, Any]:
-    """The record as a reader will load it (a JSON round trip) with its ``digest``."""
-    out = json.loads(json.dumps(record, default=str))
-    out["digest"] = record_digest(out)
-    return out
 
 
 def config_hash(obj: Any, length: int = 12) -> str:
