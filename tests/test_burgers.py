@@ -16,6 +16,7 @@ from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 from pcgbench.tasks.burgers import BurgersICChart, BurgersParams, BurgersTask
 from pcgbench.tasks.burgers.solver import (
+    FILTERS,
     cell_average,
     fourier_resample,
     solve_burgers,
@@ -127,6 +128,20 @@ def test_solver_is_differentiable():
     u[:, -1].pow(2).sum().backward()
     assert u0.grad is not None and torch.isfinite(u0.grad).all() and u0.grad.abs().sum() > 0
 
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("filter", FILTERS)
+def test_in_place_steps_are_the_autograd_steps_bitwise(dtype: torch.dtype, filter: str | None):
+    """Without autograd the solver steps in place (data generation); it must compute the
+    very same numbers as the differentiable steps, computed here in the same process."""
+    gen = torch.Generator().manual_seed(3)
+    u0 = (torch.randn(5, 96, generator=gen, dtype=torch.float64) * 0.6).to(dtype)
+    t = torch.linspace(0, 0.3, 4)
+    with torch.no_grad():
+        fast = solve_burgers(u0, 2e-3, t, cfl=0.8, filter=filter)
+    with torch.enable_grad():
+        slow = solve_burgers(u0.clone().requires_grad_(True), 2e-3, t, cfl=0.8, filter=filter)
+    assert torch.equal(fast, slow.detach())
 
 # -- task ------------------------------------------------------------------------------
 def test_registered_and_spec(smoke: BurgersTask):
