@@ -257,16 +257,15 @@ def solve_burgers(
     uh = torch.fft.rfft(u0)
     band, tail = uh[..., :nb], uh[..., nb:]
     outs = [u0]
-    factors: dict[int, tuple[float, torch.Tensor, torch.Tensor]] = {}
+    factors: dict[int, tuple[float, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for interval in dts.tolist():
         m = steps_per_interval(interval, dt)
         key = round(interval / m * 1e15)
         if key not in factors:
             h = interval / m
             e1 = torch.exp(lin_b * (h / 2)).to(uh.dtype)
-            factors[key] = (h, e1, e1 * e1)
-        h, e1, e2 = factors[key]
-        two_e1 = 2 * e1
+            factors[key] = (h, e1, e1 * e1, 2 * e1)
+        h, e1, e2, two_e1 = factors[key]
         for _ in range(m):
             band = (_if_rk4_step_in_place(band, h, e1, e2, two_e1, rhs) if in_place
                     else _if_rk4_step(band, h, e1, e2, rhs))
