@@ -1,5 +1,5 @@
-"""SpectralConv transforms only the kept columns of the last axis (separable rfftn /
-irfftn): the same outputs and gradients as the straightforward full transforms, computed
+"""SpectralConv's DFT restricted to the kept modes (one matrix product per axis): the same
+outputs and gradients as the straightforward full rfftn / irfftn transforms, computed
 here, on 1-D, 2-D and 3-D grids with odd and even sizes, modes at their caps (the Nyquist
 column) and an input smaller than the modes."""
 
