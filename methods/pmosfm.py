@@ -9,9 +9,9 @@ a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s + delta w).  ``objective
 (:mod:`pcgbench.methods.onestep`; default "native").  Sampling (Alg. 3): r1 = T^{0,1}(r0),
 x1 = Psi(r1) = chi(mu + C^-1 r1): one network call.
 Ours where the paper is silent (``PMosFMConfig``): M_h = per-channel 1/std^2 (normalized units)
-x m / field size; s < t sorted uniforms, ``endpoint_share`` of draws at (0, 1), ``diagonal_share``
-at t = s (L_FM only); delta ~ U(``delta_range``, default (0.01, 0.1)) x (t - s), whose L_PE
-minimiser is the flow map only up to O(delta) (Eq. app-semigradient-limit); p0 = N(0, I) in r for
+x m / field size; the (s, t, delta) draws (``TimeDraws``: native's chosen on validation data,
+docs/protocols.md "Time draws"; delta / (t - s) small, since the L_PE minimiser is the flow map
+only up to O(delta), Eq. app-semigradient-limit); p0 = N(0, I) in r for
 every condition; one scalar condition -> quantile-binned whitening, else pooled.
 ``pmosfm`` is the published algorithm at every preset (``whitening="full"`` exact P_s, N(0, I)
 source, no spread term, the chart's own decoder: Darcy K CG iterations, App. chart-tolerance);
@@ -87,11 +87,19 @@ class PMosFMConfig(MethodConfig):
     # stay within 1.5x the training RMS at s in {0.5, 0.9, 1} (kf_reconstruction cpu, 230
     # training fields; every eigenpair kept: 12.5x at s = 1)
     whitening_rank_fraction: float | None = None
-    endpoint_share: float = 0.25  # share of (s, t) draws set to (0, 1)
-    diagonal_share: float = 0.0  # share of draws with t = s (L_FM only)
-    # delta / (t - s): small, so that the exact flow map is (to O(delta)) a fixed point
-    # of L_PE (Eq. app-semigradient-limit); (0.05, 0.95) shrank one-step samples
-    delta_range: tuple[float, float] = (0.01, 0.1)
+    # the time draws of the one-step objective (pcgbench.methods.onestep.base.TimeDraws;
+    # paper-silent): None = the objective's own (``OneStepObjective.default_draws``: its
+    # paper's where stated, native's chosen on validation data, docs/protocols.md "Time
+    # draws"); set, they replace that field for any objective that draws (s, t):
+    # time_pair "uniform" | "logit_normal" (sorted pair), time_mean / time_std of the
+    # logit-normal, endpoint_share (draws set to (0, 1)), diagonal_share (t = s), and
+    # delta_range: delta / (t - s) ~ U(lo, hi) (lo == hi: constant)
+    time_pair: Literal["uniform", "logit_normal"] | None = None
+    time_mean: float | None = None
+    time_std: float | None = None
+    endpoint_share: float | None = None
+    diagonal_share: float | None = None
+    delta_range: tuple[float, float] | None = None
     encoder_refine_iters: int = 0  # Gauss-Newton refinements of eta_c toward Eq. declared-encoder
     encode_batch: int = 64
     grad_norm_every: int = 50  # record ||grad L_FM|| and ||grad L_PE|| every k updates (0: off)
@@ -155,7 +163,8 @@ class PMosFMConfig(MethodConfig):
     # "native" = Eq. pmosfm-loss above; meanflow | imf | shortcut | soflow | drifting |
     # wflow swap in a published one-step objective on the same chart, C_c, P_s, backbone
     # and one-step sampler (the paper's one-step ablation).  Only "native" reads gamma,
-    # endpoint_share, diagonal_share, delta_range, loss_balance, grad_norm_every
+    # loss_balance, grad_norm_every; the time fields apply to every objective that draws
+    # (s, t) on its own law (not shortcut's dyadic grid, not drifting)
     objective: str = "native"
     #: optimization recipe, as FM-OT's (pcgbench.training.train_loop): lr schedule after
     #: a linear warm-up, and the EMA of the weights that is sampled (0 = none)
@@ -185,8 +194,9 @@ class PMosFM(Method[PMosFMConfig]):
 
     @classmethod
     def validate_config(cls, config: MethodConfig) -> None:
-        """The one-step objective must be registered (did-you-mean otherwise)."""
-        OBJECTIVES.get(config.objective)  # type: ignore[attr-defined]
+        """The one-step objective must be registered (did-you-mean otherwise) and take the
+        time fields the config sets."""
+        OBJECTIVES.get(config.objective).check_time_fields(config)  # type: ignore[attr-defined]
 
     def __init__(self, task: Task, config: PMosFMConfig, device: torch.device | str = "cpu"):
         super().__init__(task, config, device)
@@ -238,6 +248,7 @@ class PMosFM(Method[PMosFMConfig]):
         self.info["spread_term"] = self._spread_active
         self.info["objective"] = config.objective
         self.objective = objective_cls(self)
+        self.info["time_draws"] = self.objective.describe_draws()
 
     @classmethod
     def nominal_nfe(cls, config):

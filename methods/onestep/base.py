@@ -17,14 +17,84 @@ docstring states its conversion.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 from torch import Tensor
 
+from pcgbench.errors import PcgError
 from pcgbench.methods._flow import bshape
+
+#: the ``PMosFMConfig`` fields that set :class:`TimeDraws` (None: the objective's own)
+TIME_FIELDS = {"time_pair": "pair", "time_mean": "mean", "time_std": "std",
+               "endpoint_share": "endpoint_share", "diagonal_share": "diagonal_share",
+               "delta_range": "delta"}
+
+
+@dataclass(frozen=True)
+class TimeDraws:
+    """How a two-time objective draws its times: 0 <= s <= t <= 1 and the offset
+    delta = frac (t - s) of its finite-difference target (every one-step paper fixes
+    only part of this; the objectives' docstrings say which part).
+
+    ``pair``: (s, t) a sorted pair of uniforms ("uniform", uniform on the triangle) or of
+    logit-normal draws sigmoid(N(``mean``, ``std``^2)) ("logit_normal"); then
+    ``endpoint_share`` of the draws set to (0, 1) (the map sampling uses), then
+    ``diagonal_share`` set to t = s (flow-matching draws); ``delta``: frac ~ U(lo, hi)
+    (lo == hi: a constant).  Every draw consumes the same random numbers from the
+    generator, in the order pair, endpoint mask, diagonal mask, frac."""
+
+    pair: Literal["uniform", "logit_normal"] = "uniform"
+    mean: float = 0.0
+    std: float = 1.0
+    endpoint_share: float = 0.0
+    diagonal_share: float = 0.0
+    delta: tuple[float, float] = (0.01, 0.1)
+
+    def __post_init__(self) -> None:
+        if self.pair not in ("uniform", "logit_normal"):
+            raise PcgError(f"time_pair must be 'uniform' or 'logit_normal', got {self.pair!r}")
+        if not self.std > 0:
+            raise PcgError(f"time_std must be > 0, got {self.std}")
+        lo, hi = self.delta
+        if not 0.0 < lo <= hi < 1.0:
+            raise PcgError(f"delta_range must satisfy 0 < lo <= hi < 1, got {self.delta}")
+
+    def draw(self, b: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """(s, t, frac) [b] on the CPU, s <= t, delta = frac (t - s)."""
+        if self.pair == "uniform":
+            u = torch.rand(b, 2, generator=gen)
+        else:
+            u = torch.sigmoid(self.mean + self.std * torch.randn(b, 2, generator=gen))
+        s, t = u.min(1).values, u.max(1).values
+        ends = torch.rand(b, generator=gen) < self.endpoint_share
+        s, t = torch.where(ends, 0.0, s), torch.where(ends, 1.0, t)
+        diag = torch.rand(b, generator=gen) < self.diagonal_share
+        t = torch.where(diag, s, t)
+        lo, hi = self.delta
+        frac = lo + (hi - lo) * torch.rand(b, generator=gen)
+        return s, t, frac
+
+    def describe(self) -> str:
+        """One line for records and tables, e.g. ``uniform pair, endpoint 0.25, diagonal
+        0, delta/(t-s) U(0.01, 0.1)``."""
+        pair = ("uniform pair" if self.pair == "uniform"
+                else f"logit-normal({self.mean:g}, {self.std:g}) pair")
+        lo, hi = self.delta
+        law = f"{lo:g}" if lo == hi else f"U({lo:g}, {hi:g})"
+        return (f"{pair}, endpoint {self.endpoint_share:g}, diagonal "
+                f"{self.diagonal_share:g}, delta/(t-s) {law}")
+
+    def with_config(self, config: Any) -> TimeDraws:
+        """These draws with every time field the config sets (not None) in place."""
+        changes = {attr: getattr(config, key) for key, attr in TIME_FIELDS.items()
+                   if getattr(config, key, None) is not None}
+        if "delta" in changes:
+            changes["delta"] = tuple(float(v) for v in changes["delta"])
+        return dataclasses.replace(self, **changes)
 
 
 class FlowMapHost(Protocol):
@@ -50,9 +120,35 @@ class OneStepObjective(ABC):
     spread_term: ClassVar[bool] = False
     #: the objective needs the whole PMosFM (chart decode, metric), not only a velocity
     needs_chart: ClassVar[bool] = False
+    #: the objective's own time draws (its paper's where it states them, see its
+    #: docstring); None: it draws no (s, t) or draws them on its own grid, and the
+    #: ``TIME_FIELDS`` of the config do not apply to it
+    default_draws: ClassVar[TimeDraws | None] = None
 
     def __init__(self, host: FlowMapHost):
         self.host = host
+        config = getattr(host, "config", None)
+        self.check_time_fields(config)
+        self.draws = (None if self.default_draws is None
+                      else self.default_draws.with_config(config))
+
+    @classmethod
+    def check_time_fields(cls, config: Any) -> None:
+        """One-line error where the config sets time fields this objective cannot take."""
+        given = [k for k in TIME_FIELDS if getattr(config, k, None) is not None]
+        if given and cls.default_draws is None:
+            raise PcgError(f"objective {cls.name or cls.__name__!r} has no configurable time "
+                           f"draws ({cls.time_note()}); unset {', '.join(given)}")
+        if config is not None and cls.default_draws is not None:
+            cls.default_draws.with_config(config)  # validates the combination
+
+    @classmethod
+    def time_note(cls) -> str:
+        """What the objective's times are where ``default_draws`` is None."""
+        return "no time draws"
+
+    def describe_draws(self) -> str:
+        return self.draws.describe() if self.draws is not None else self.time_note()
 
     @abstractmethod
     def loss(self, r1: Tensor, c: Tensor | None, gen: torch.Generator, step: int) -> Tensor:
@@ -74,7 +170,8 @@ class OneStepObjective(ABC):
 
 @dataclass(frozen=True)
 class PathBatch:
-    """One minibatch on the linear path: r_s = (1 - s) r0 + s r1, v = r1 - r0."""
+    """One minibatch on the linear path: r_s = (1 - s) r0 + s r1, v = r1 - r0; ``frac``
+    the drawn delta / (t - s) (objectives with a finite-difference target)."""
 
     r0: Tensor
     r1: Tensor
@@ -83,6 +180,7 @@ class PathBatch:
     s: Tensor
     t: Tensor
     c: Tensor | None
+    frac: Tensor | None = None
 
     def at(self, tau: Tensor) -> Tensor:
         """A per-sample scalar [B] shaped to broadcast against the coordinates."""
@@ -93,9 +191,12 @@ class PathObjective(OneStepObjective):
     """Objectives trained on the linear path (MeanFlow, iMF, Shortcut, SoFlow): draw
     r0 from the source, then times (:meth:`draw_times`), then the loss (:meth:`path_loss`)."""
 
-    @abstractmethod
-    def draw_times(self, b: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        """(s, t) [B] with s <= t, on the CPU."""
+    def draw_times(self, b: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """(s, t, frac) [B] with s <= t, on the CPU: :attr:`draws` (override for an
+        objective with ``default_draws`` None)."""
+        if self.draws is None:
+            raise NotImplementedError(f"{type(self).__name__} must override draw_times")
+        return self.draws.draw(b, gen)
 
     @abstractmethod
     def path_loss(self, batch: PathBatch, gen: torch.Generator) -> Tensor:
@@ -104,10 +205,10 @@ class PathObjective(OneStepObjective):
     def loss(self, r1: Tensor, c: Tensor | None, gen: torch.Generator, step: int) -> Tensor:
         dev = r1.device
         r0 = torch.randn(r1.shape, generator=gen).to(dev)
-        s, t = (x.to(dev) for x in self.draw_times(len(r1), gen))
+        s, t, frac = (x.to(dev) for x in self.draw_times(len(r1), gen))
         sb = bshape(s, r1.ndim)
         rs = (1 - sb) * r0 + sb * r1
-        return self.path_loss(PathBatch(r0, r1, rs, r1 - r0, s, t, c), gen)
+        return self.path_loss(PathBatch(r0, r1, rs, r1 - r0, s, t, c, frac), gen)
 
 
 class GeneratorObjective(OneStepObjective):
@@ -159,26 +260,6 @@ def adaptive_mse(err: Tensor, p: float = 1.0, eps: float = 1e-3) -> Tensor:
     at every field size)."""
     l_i = per_sample_mse(err)
     return ((l_i.detach() + eps).pow(-p) * l_i).mean()
-
-
-def sorted_uniform_pair(b: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """(s, t): a sorted pair of uniforms on [0, 1] (uniform on the triangle s <= t)."""
-    u = torch.rand(b, 2, generator=gen)
-    return u.min(1).values, u.max(1).values
-
-
-def sorted_logit_normal_pair(b: int, gen: torch.Generator, mean: float, std: float
-                             ) -> tuple[Tensor, Tensor]:
-    """(s, t): a sorted pair of logit-normal times sigmoid(N(mean, std^2))."""
-    u = torch.sigmoid(mean + std * torch.randn(b, 2, generator=gen))
-    return u.min(1).values, u.max(1).values
-
-
-def collapse_to_diagonal(s: Tensor, t: Tensor, share: float, gen: torch.Generator
-                         ) -> tuple[Tensor, Tensor]:
-    """Set t = s on a random ``share`` of the draws (instantaneous-velocity targets)."""
-    diag = torch.rand(len(s), generator=gen) < share
-    return s, torch.where(diag, s, t)
 
 
 def kernel_points(r: Tensor, c: Tensor | None) -> Tensor:

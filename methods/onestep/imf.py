@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from pcgbench.methods.onestep.base import PathBatch
+from pcgbench.methods.onestep.base import PathBatch, TimeDraws
 from pcgbench.methods.onestep.meanflow import MeanFlowObjective
 
 
@@ -31,7 +31,7 @@ class IMFObjective(MeanFlowObjective):
     """w(||V_theta - v||^2) + w(||v_theta - v||^2) (iMF's loss in ours)."""
 
     paper_label = "iMF"
-    diagonal_share = 0.5
+    default_draws = TimeDraws(pair="logit_normal", mean=0.4, std=1.0, diagonal_share=0.5)
 
     def tangent(self, batch: PathBatch) -> tuple[Tensor, list[Tensor]]:
         v_head = self.host.velocity(batch.rs, batch.s, batch.s, batch.c)

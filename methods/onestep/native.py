@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from pcgbench.methods._flow import bshape
-from pcgbench.methods.onestep.base import OneStepObjective
+from pcgbench.methods.onestep.base import OneStepObjective, TimeDraws
 from pcgbench.methods.pmosfm import Losses, PMosFM, clipped_sum
 
 
@@ -26,12 +26,16 @@ class NativeObjective(OneStepObjective):
     L_PE = ||Psi(a) - sg Psi(b)||^2_{M_h} / (2 m delta (t - s)) (Eq.
     physical-endpoint-loss), a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s +
     delta w), w = r1 - r0; plus PMosFM's optional spread term and loss balancing
-    (``PMosFMConfig``: gamma, endpoint_share, diagonal_share, delta_range, spread_weight,
-    spread_match, loss_balance, grad_norm_every)."""
+    (``PMosFMConfig``: gamma, spread_weight, spread_match, loss_balance,
+    grad_norm_every); times from :attr:`draws` (the config's time fields)."""
 
     paper_label = "native"
     spread_term = True
     needs_chart = True
+    #: the paper states only 0 <= s < t <= 1 and 0 < delta < t - s (Alg. 2): these draws
+    #: are our choice (docs/protocols.md "Time draws")
+    default_draws = TimeDraws(pair="uniform", endpoint_share=0.25, diagonal_share=0.0,
+                              delta=(0.01, 0.1))
 
     def __init__(self, host: PMosFM):
         super().__init__(host)
@@ -56,15 +60,8 @@ class NativeObjective(OneStepObjective):
 
     # -- the minibatch terms ------------------------------------------------------------
     def _draw_times(self, b: int, gen: torch.Generator) -> tuple[Tensor, ...]:
-        cfg = self.m.config
-        u = torch.rand(b, 2, generator=gen)
-        s, t = u.min(1).values, u.max(1).values
-        ends = torch.rand(b, generator=gen) < cfg.endpoint_share
-        s, t = torch.where(ends, 0.0, s), torch.where(ends, 1.0, t)
-        diag = torch.rand(b, generator=gen) < cfg.diagonal_share
-        t = torch.where(diag, s, t)
-        lo, hi = cfg.delta_range
-        frac = lo + (hi - lo) * torch.rand(b, generator=gen)
+        assert self.draws is not None
+        s, t, frac = self.draws.draw(b, gen)
         delta = frac * (t - s)
         dev = self.m.device
         return s.to(dev), t.to(dev), delta.to(dev)

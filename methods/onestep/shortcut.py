@@ -35,7 +35,11 @@ class ShortcutObjective(PathObjective):
     consistency_every: int = 8  # 1 draw in 8 is a self-consistency draw
     max_halvings: int = 7  # d = 2^-k, k < 7: the half step d/2 is at least 1/128
 
-    def draw_times(self, b: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    @classmethod
+    def time_note(cls) -> str:
+        return "s uniform, step d = 2^-k on a dyadic grid for 1 draw in 8 (its paper's)"
+
+    def draw_times(self, b: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         s = torch.rand(b, generator=gen)
         t = s.clone()
         n_sc = max(1, b // self.consistency_every) if b > 1 else 0
@@ -44,7 +48,7 @@ class ShortcutObjective(PathObjective):
         cells = torch.floor(torch.rand(n_sc, generator=gen) / d)  # i uniform in [0, 1/d)
         s[:n_sc] = cells * d
         t[:n_sc] = s[:n_sc] + d
-        return s, t
+        return s, t, torch.zeros(b)
 
     @torch.no_grad()
     def bootstrap(self, rs: Tensor, s: Tensor, t: Tensor, c: Tensor | None) -> Tensor:

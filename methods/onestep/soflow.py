@@ -29,9 +29,8 @@ from torch import Tensor
 from pcgbench.methods.onestep.base import (
     PathBatch,
     PathObjective,
-    collapse_to_diagonal,
+    TimeDraws,
     per_sample_mse,
-    sorted_logit_normal_pair,
 )
 
 
@@ -39,14 +38,9 @@ class SoFlowObjective(PathObjective):
     """Flow matching at s = t plus SoFlow's solution consistency."""
 
     paper_label = "SoFlow"
-    l_ratio: float = 0.1  # (l - s) / (t - s)
-    fm_share: float = 0.5  # draws with t = s
-    time_mean: float = 0.4
-    time_std: float = 1.0
-
-    def draw_times(self, b: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        s, t = sorted_logit_normal_pair(b, gen, self.time_mean, self.time_std)
-        return collapse_to_diagonal(s, t, self.fm_share, gen)
+    #: (l - s) / (t - s) = 0.1 constant; t = s (flow matching) on half the draws
+    default_draws = TimeDraws(pair="logit_normal", mean=0.4, std=1.0, diagonal_share=0.5,
+                              delta=(0.1, 0.1))
 
     @torch.no_grad()
     def consistency_target(self, batch: PathBatch, delta: Tensor) -> Tensor:
@@ -58,7 +52,7 @@ class SoFlowObjective(PathObjective):
     def path_loss(self, batch: PathBatch, gen: torch.Generator) -> Tensor:
         u = self.host.velocity(batch.rs, batch.s, batch.t, batch.c)
         fm = batch.t <= batch.s
-        delta = self.l_ratio * (batch.t - batch.s)
+        delta = batch.frac * (batch.t - batch.s)
         safe = torch.where(fm, torch.ones_like(delta), delta)  # FM draws: no division
         mapped = batch.rs + batch.at(batch.t - batch.s) * u
         consistency = (mapped - self.consistency_target(batch, delta)) / batch.at(safe)
