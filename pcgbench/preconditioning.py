@@ -27,41 +27,77 @@ from pcgbench.charts.geometry import (  # noqa: F401 - re-exported: C_c lives wi
 )
 from pcgbench.errors import PcgError
 
+#: the largest relative error a probed diag(G) may carry (two independent probe sets)
+PROBE_MAX_REL_ERROR = 0.05
+
 
 def fit_diagonal_from_chart(
     chart: Chart,
     y_samples: Tensor,
     cond: Tensor | None = None,
     n_probes: int = 64,
-    exact_max_dim: int = 512,
+    exact_max_dim: int = 1 << 17,
     chunk: int = 256,
     rel_floor: float = 1e-8,
     seed: int = 0,
+    max_rel_error: float = PROBE_MAX_REL_ERROR,
 ) -> DiagonalGeometry:
     """DiagonalGeometry with scale = diag(G(mu))^1/2, mu = mean of ``y_samples``.
 
-    diag(G) is probed with :meth:`Chart.pullback_matvec`: exactly with unit vectors when
-    ``coord_dim <= exact_max_dim``, otherwise by Hutchinson's estimator
-    diag(G) ~ mean_j v_j * (G v_j) with ``n_probes`` Rademacher v_j.  ``cond`` is one
-    condition row at which G is probed (None for unconditional charts).  Entries are
-    floored at ``rel_floor * max`` so C stays invertible."""
+    diag(G) is, in this order: the chart's closed form (:meth:`Chart.pullback_diagonal`,
+    linear charts); exact, from :meth:`Chart.pullback_matvec` of every unit vector, when
+    ``coord_dim <= exact_max_dim`` (``chunk`` at a time); otherwise Hutchinson's estimate
+    mean_j v_j * (G v_j) over two independent sets of ``n_probes`` Rademacher v_j, whose
+    difference is the estimate's own error: the mean of the two is refused (one-line
+    :class:`PcgError`) when its relative error max_i |a_i - b_i| / (a_i + b_i) exceeds
+    ``max_rel_error`` (a C_c off by tens of percent per coordinate is not the paper's
+    preconditioner).  ``cond`` is one condition row at which G is probed (None for
+    unconditional charts).  Entries are floored at ``rel_floor * max`` so C stays
+    invertible.  The geometry's ``info`` says which route and, probed, the error."""
     mu = y_samples.detach().mean(0)
     m = chart.coord_dim
-    if m <= exact_max_dim:
-        probes = torch.eye(m, dtype=mu.dtype, device=mu.device)
+    closed = chart.pullback_diagonal(mu)
+    if closed is not None:
+        diag, info = closed.to(mu).reshape(m), {"route": "closed form", "rel_error": 0.0}
+    elif m <= exact_max_dim:
+        diag = torch.zeros(m, dtype=mu.dtype, device=mu.device)
+        for start in range(0, m, chunk):
+            idx = torch.arange(start, min(start + chunk, m), device=mu.device)
+            v = torch.zeros(len(idx), m, dtype=mu.dtype, device=mu.device)
+            v[torch.arange(len(idx)), idx] = 1.0
+            diag[idx] = _probe(chart, mu, v, cond).gather(1, idx[:, None])[:, 0]
+        info = {"route": "exact (unit vectors)", "rel_error": 0.0}
     else:
         gen = torch.Generator(device="cpu").manual_seed(seed)
-        probes = (torch.randint(0, 2, (n_probes, m), generator=gen) * 2 - 1).to(mu)
-    acc = torch.zeros(m, dtype=mu.dtype, device=mu.device)
-    for start in range(0, probes.shape[0], chunk):
-        v = probes[start:start + chunk]
-        b = v.shape[0]
-        y = mu.expand(b, *chart.coord_shape)
-        gv = chart.pullback_matvec(y, v.reshape(b, *chart.coord_shape), batch_cond(cond, b))
-        acc += (v * gv.reshape(b, m)).sum(0)
-    diag = acc if m <= exact_max_dim else acc / probes.shape[0]
+        halves = []
+        for _ in range(2):
+            probes = (torch.randint(0, 2, (n_probes, m), generator=gen) * 2 - 1).to(mu)
+            acc = torch.zeros(m, dtype=mu.dtype, device=mu.device)
+            for start in range(0, n_probes, chunk):
+                v = probes[start:start + chunk]
+                acc += (v * _probe(chart, mu, v, cond)).sum(0)
+            halves.append(acc / n_probes)
+        a, b = halves
+        rel = float(((a - b).abs() / (a + b).abs().clamp_min(1e-300)).max())
+        if rel > max_rel_error:
+            raise PcgError(f"C_c of chart {type(chart).__name__}: diag(G) probed with 2 x "
+                           f"{n_probes} Rademacher vectors on {m} coordinates has "
+                           f"{100 * rel:.0f} % relative error (> {100 * max_rel_error:g} %); "
+                           "give the chart a closed-form pullback_diagonal or raise "
+                           "exact_max_dim")
+        diag, info = (a + b) / 2, {"route": f"probed (2 x {n_probes})", "rel_error": rel}
     diag = diag.clamp_min(rel_floor * float(diag.max().clamp_min(1e-300)))
-    return DiagonalGeometry(diag.sqrt().reshape(chart.coord_shape), mu)
+    geom = DiagonalGeometry(diag.sqrt().reshape(chart.coord_shape), mu)
+    geom.info = info
+    return geom
+
+
+def _probe(chart: Chart, mu: Tensor, v: Tensor, cond: Tensor | None) -> Tensor:
+    """G(mu) v for the rows of ``v`` [b, m] (flattened coordinates): [b, m]."""
+    b = v.shape[0]
+    y = mu.expand(b, *chart.coord_shape)
+    gv = chart.pullback_matvec(y, v.reshape(b, *chart.coord_shape), batch_cond(cond, b))
+    return gv.reshape(b, -1)
 
 
 def fit_geometry(chart: Chart, y_samples: Tensor, cond: Tensor | None = None,

@@ -265,3 +265,70 @@ def test_state_dict_roundtrip_weights_only() -> None:
     s = torch.tensor([0.1, 0.5, 0.9], dtype=F64)
     g = torch.tensor([1, 0, 1])
     assert torch.equal(w_new.apply(r, s, groups=g), mods[0][0].apply(r, s, groups=g))
+
+
+# -- C_c: closed-form, exact and probed diag(G) -------------------------------------------
+def _exact_diagonal(chart, cols: torch.Tensor | None = None) -> torch.Tensor:
+    """diag(G) at y = 0 from G e_i for the unit vectors ``cols`` (all by default)."""
+    m = chart.coord_dim
+    cols = torch.arange(m) if cols is None else cols
+    eye = torch.zeros(len(cols), m, dtype=F64)
+    eye[torch.arange(len(cols)), cols] = 1.0
+    y = torch.zeros(len(cols), *chart.coord_shape, dtype=F64)
+    cond = torch.zeros(len(cols), 1, dtype=F64)  # one (unused) condition row per probe
+    gv = chart.pullback_matvec(y, eye.reshape(len(cols), *chart.coord_shape), cond)
+    return gv.reshape(len(cols), m)[torch.arange(len(cols)), cols]
+
+
+@pytest.mark.parametrize("mode", ["ref", "target", "ref_fn"])
+@pytest.mark.parametrize("weights", ["none", "field", "channel"])
+def test_mean_free_closed_form_diagonal_is_the_exact_one(mode, weights) -> None:
+    g = _gen(11)
+    shape = (2, 4, 5)
+    w = {"none": None, "field": torch.rand(*shape, generator=g, dtype=F64) + 0.5,
+         "channel": torch.tensor([2.0, 3.0], dtype=F64).view(2, 1, 1)}[weights]
+    kw = {"ref": dict(ref_dim=1), "target": dict(target=0.5),
+          "ref_fn": dict(ref_dim=1, ref_fn=lambda c: torch.ones(c.shape[0], 2, 5, dtype=F64))
+          }[mode]
+    chart = MeanFreeChart(shape, reduce_dims=(2,), weights=w, **kw)
+    closed = chart.pullback_diagonal().reshape(-1)
+    assert torch.allclose(closed, _exact_diagonal(chart), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize(("nt", "nx"), [(26, 64), (201, 1024)])
+def test_burgers_mass_chart_closed_form_at_the_cpu_and_paper_grids(nt, nx) -> None:
+    """The Burgers `mass` chart (periodic mass conservation, the t = 0 slice free): the
+    closed form equals G e_i for every coordinate at `cpu` (26 x 64) and for a seeded
+    sample of 600 coordinates at the `paper` grid (201 x 1024), the t = 0 slice included;
+    on the t = 0 slice it is 1 + (nt - 1) / nx (1.39, 1.195) times the channel weight."""
+    chart = MeanFreeChart((1, nt, nx), reduce_dims=(2,), ref_dim=1,
+                          weights=torch.tensor([0.7], dtype=F64).view(1, 1, 1))
+    closed = chart.pullback_diagonal().reshape(-1)
+    m = chart.coord_dim
+    cols = (torch.arange(m) if m <= 2048 else torch.cat([
+        torch.arange(0, nx, 7), torch.randperm(m, generator=_gen(3))[:600 - len(
+            range(0, nx, 7))]]))
+    assert torch.allclose(closed[cols], _exact_diagonal(chart, cols), rtol=1e-12, atol=0)
+    assert float(closed[0]) == pytest.approx(0.7 * (1 + (nt - 1) / nx), rel=1e-12)
+    geom = fit_geometry(chart, torch.zeros(2, 1, nt, nx, dtype=F64))
+    assert geom.info["route"] == "closed form"
+    assert torch.allclose(geom.scale.reshape(-1), closed.sqrt())
+
+
+def test_a_probed_diagonal_reports_its_error_and_is_refused_above_five_percent() -> None:
+    g = _gen(6)
+    chart = AlgebraicEliminationChart((2, 8, 8), [0], lambda y, c: torch.tanh(2.0 * y))
+    ys = 0.3 * torch.randn(10, 1, 8, 8, generator=g, dtype=F64)
+    exact = fit_diagonal_from_chart(chart, ys)
+    assert exact.info["route"] == "exact (unit vectors)"
+    # G is diagonal here: Rademacher probes are exact, the two sets agree
+    probed = fit_diagonal_from_chart(chart, ys, exact_max_dim=0, n_probes=4)
+    assert probed.info["rel_error"] < 1e-12
+    assert torch.allclose(probed.scale, exact.scale, atol=1e-12)
+    # a coupled G (mass chart: every t > 0 slice depends on the t = 0 slice) is not
+    mass = MeanFreeChart((1, 26, 64), reduce_dims=(2,), ref_dim=1)
+    mass.pullback_diagonal = lambda y=None: None  # force the matrix-free route
+    with pytest.raises(PcgError, match="relative error"):
+        fit_diagonal_from_chart(mass, torch.zeros(2, 1, 26, 64, dtype=F64), exact_max_dim=0)
+    ok = fit_diagonal_from_chart(mass, torch.zeros(2, 1, 26, 64, dtype=F64))
+    assert torch.allclose(ok.scale.reshape(-1) ** 2, _exact_diagonal(mass), atol=1e-12)

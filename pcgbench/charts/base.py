@@ -152,6 +152,12 @@ class Chart(nn.Module, ABC):
         known in closed form (linear charts); ``None`` otherwise."""
         return None
 
+    def pullback_diagonal(self, y: Tensor | None = None) -> Tensor | None:
+        """diag(G(y)) [*coord_shape] in closed form, G = J^T M J (paper Eq.
+        matrix-free-pullback), where the chart knows it (linear charts: G is constant);
+        ``None`` otherwise (then it is computed from :meth:`pullback_matvec`)."""
+        return None
+
     def diagnostics(self, y: Tensor, cond: Cond = None) -> dict[str, float]:
         """Decoder diagnostics (empty for exact charts)."""
         return {}

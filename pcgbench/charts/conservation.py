@@ -3,6 +3,7 @@ conservation', l^T x - C = 0)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -139,6 +140,29 @@ class MeanFreeChart(Chart):
         given = self._ref_slice(cond, x)
         return torch.cat([(ref - given).reshape(b, -1),
                           (self._mean(rest) - self._mean(given)).reshape(b, -1)], dim=1)
+
+    def pullback_diagonal(self, y: Tensor | None = None) -> Tensor:
+        """diag(J^T M J) of the (linear) decoder, in closed form.  With n the size of a
+        constrained slice S and w the diagonal of M: a coordinate i of S that the decoder
+        re-centres (x_j = y_j - mean_S y + ..., j in S) has sum_{j in S} w_j (delta_ij -
+        1/n)^2 = w_i (1 - 2/n) + sum_S w / n^2; a free reference-slice coordinate (``ref_dim``
+        without ``ref_fn``) passes through and also shifts the mean of every other slice
+        along ``ref_dim``: w_i + sum_{t > 0} sum_{S_t} w / n^2."""
+        like = torch.zeros((), dtype=torch.float64 if y is None else y.dtype,
+                           device=None if y is None else y.device)
+        w = self._w(like)  # [1, *field_shape]
+        n = math.prod(w.shape[d] for d in self.rd)
+        slice_sum = w.sum(self.rd, keepdim=True)
+        diag = w * (1 - 2 / n) + slice_sum / n**2
+        if self.ref is not None and self.ref_fn is None:
+            rest = slice_sum.narrow(self.ref, 1, w.shape[self.ref] - 1).sum(
+                self.ref, keepdim=True) / n**2
+            first = w.narrow(self.ref, 0, 1) + rest
+            diag = torch.cat([first.expand_as(diag.narrow(self.ref, 0, 1)),
+                              diag.narrow(self.ref, 1, w.shape[self.ref] - 1)], dim=self.ref)
+        elif self.ref_fn is not None:
+            diag = self._split(diag)[1]
+        return diag[0].expand(self.coord_shape).contiguous()
 
     def exact_geometry(self, mu: Tensor | None = None) -> Geometry | None:
         """sqrt(w) when M is constant along the reduced dims and the reference slice is
