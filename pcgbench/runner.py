@@ -750,6 +750,44 @@ def run(opts: RunOptions) -> tuple[RunRecord, Path, bool]:
             return _execute(opts, task, method, device, key, path, ckpt, variant)
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """A method fitted (or loaded from its verified checkpoint) as :func:`run` fits it."""
+
+    task: Task
+    method: Method
+    stats: FitStats
+    reused: bool
+    checkpoint: Path
+
+
+def fit_only(opts: RunOptions) -> Fitted:
+    """Fit the method of ``opts`` -- the same identity, checkpoint, lock and resume as
+    :func:`run` -- without sampling or evaluating any split (``pcgbench tune`` scores it
+    on the val split itself).  A diverged fit raises :class:`TrainingDiverged`."""
+    check_preset(opts.preset)
+    device = environment.resolve_device(opts.device)
+    seed_everything(opts.seed)
+    task = build_task(opts)
+    method = build_method(task, opts, device)
+    method.context = run_context(opts)
+    root = ensure_writable(default_results_dir(opts.results_dir))
+    key = run_key(task, method, opts, device)
+    _, ckpt = _paths(root, key, _record_extra(opts), method.config)
+    with time_limit(opts.max_minutes):
+        method, stats, reused = _fit_or_load(method, task, ckpt, opts, device)
+    return Fitted(task, method, stats, reused, ckpt)
+
+
+def sample_rows(method: Method, rows: Any, batch: int, gen: torch.Generator,
+                device: torch.device) -> torch.Tensor:
+    """One sample per row (condition) of ``rows`` (a :class:`FieldData`), in batches of
+    ``batch``, untimed; shape and finiteness are the caller's to check."""
+    samples, _ = _sample_untimed(method, rows, batch, gen, device)
+    _check_samples(samples, method.task, len(rows), method.name)
+    return samples
+
+
 class RunTimeLimit(PcgError):
     """The run passed ``--max-minutes``."""
 

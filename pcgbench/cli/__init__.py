@@ -32,7 +32,8 @@ class _Parser(argparse.ArgumentParser):
 #: command -> module with ``add_parser(sub)`` and ``run(args)`` (the order of ``--help``)
 COMMANDS = {"run": "run", "list": "listing", "leaderboard": "leaderboard",
             "protocol": "protocol", "show-config": "show_config", "audit": "audit",
-            "sweep": "sweep", "report": "report", "data": "data", "study": "study"}
+            "sweep": "sweep", "tune": "tune", "report": "report", "data": "data",
+            "study": "study"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,106 @@
+"""``pcgbench tune``: a declared study of paper-silent settings, scored on the val split
+(:mod:`pcgbench.tune`), stage by stage on the sweep's executors, then its tables."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+from pathlib import Path
+
+from pcgbench.cli._common import add_common
+from pcgbench.errors import PcgError
+
+
+def add_parser(sub: typing.Any) -> None:
+    from pcgbench.tune import STUDIES
+
+    p = sub.add_parser("tune", help="choose a paper-silent setting by evidence: a declared "
+                       "candidate set fitted with one budget and scored on the VAL split, "
+                       "stage by stage (cached and resumable), then the table and the choice")
+    add_common(p)
+    p.add_argument("study", help=f"one of {', '.join(STUDIES)}")
+    p.add_argument("--stage", default="all",
+                   help="a stage name, or 'all' (each stage after the previous is complete)")
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--executor", choices=["local", "slurm", "debug"], default="local")
+    p.add_argument("--max-parallel", type=int, default=2)
+    p.add_argument("--threads-per-job", type=int, default=None, metavar="N",
+                   help="torch/OpenMP threads of each job (default: cores / --max-parallel)")
+    p.add_argument("--slurm-partition", default=None)
+    p.add_argument("--timeout-min", type=int, default=240)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--log-dir", default=None)
+    p.add_argument("--dry-run", action="store_true", help="list the jobs still to run")
+    p.add_argument("--summary", action="store_true",
+                   help="only print (and write) the tables of the stages with results")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pcgbench.presets import check_preset
+    from pcgbench.storage import ensure_writable
+    from pcgbench.storage import results_dir as default_results_dir
+    from pcgbench.sweep import (
+        ExecutorOptions,
+        Job,
+        data_job,
+        default_cpus_per_job,
+        execute,
+        make_executor,
+        stop_on_sigterm,
+    )
+    from pcgbench.tune import get_study, plan_stage, study_dir, write_summary
+
+    check_preset(args.preset)
+    study = get_study(args.study)
+    names = [s.name for s in study.stages]
+    if args.stage != "all" and args.stage not in names:
+        raise PcgError(f"study {study.name} has stages {', '.join(names)}; got {args.stage!r}")
+    if args.max_parallel < 1:
+        raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")
+    indices = range(len(names)) if args.stage == "all" else [names.index(args.stage)]
+    results = str(default_results_dir(args.results))
+    print(f"study {study.name}: {study.description}")
+    print(f"  {len(study.candidates)} candidates, tasks {', '.join(study.tasks)}, stages "
+          + "; ".join(f"{s.name}: {s.iterations} updates x seeds {list(s.seeds)}"
+                      + (f", best {s.keep} + {list(study.always)}" if s.keep else "")
+                      for s in study.stages))
+    if args.summary:
+        for i in indices:
+            try:
+                print(write_summary(study, i, args.preset, results))
+            except PcgError as exc:
+                print(f"stage {names[i]}: {exc}")
+        return 0
+    threads = (default_cpus_per_job(args.executor, args.max_parallel)
+               if args.threads_per_job is None else args.threads_per_job)
+    if threads < 1:
+        raise PcgError(f"--threads-per-job must be >= 1, got {threads}")
+    ensure_writable(Path(results))
+    failed = 0
+    for i in indices:
+        jobs, present = plan_stage(study, i, args.preset, results, args.data_dir, args.device)
+        print(f"-- stage {names[i]}: {len(jobs)} job(s) to run, {present} result(s) present")
+        if args.dry_run:
+            for job in jobs:
+                print(f"  {job.label}")
+            if jobs and i + 1 < len(names):
+                print("  (later stages are planned once this one is complete)")
+                break
+            continue
+        if jobs:
+            eo = ExecutorOptions(kind=args.executor,
+                                 folder=Path(args.log_dir) if args.log_dir
+                                 else study_dir(study, results) / "logs",
+                                 max_parallel=args.max_parallel, timeout_min=args.timeout_min,
+                                 slurm_partition=args.slurm_partition,
+                                 cpus_per_job=threads, threads_per_job=threads)
+            executor = make_executor(eo)
+            data = [Job("data", f"{t} data", data_job,
+                        (t, args.preset, args.data_dir, tuple(args.plugin)))
+                    for t in study.tasks]
+            with stop_on_sigterm():
+                execute(data, executor, eo.max_parallel, threads=threads)
+                out = execute(jobs, executor, eo.max_parallel, threads=threads)
+            failed += sum(r["status"] not in ("ok", "exists") for r in out)
+        print(write_summary(study, i, args.preset, results))
+    return int(failed > 0)

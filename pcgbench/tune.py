@@ -1,0 +1,426 @@
+"""``pcgbench tune``: paper-silent settings chosen by evidence on the validation split.
+
+A :class:`Study` declares, for one method, a candidate set (each candidate a config delta,
+as ``--set`` makes), the tasks, and stages: every stage fits each of its candidates on
+every task and seed with the same budget (``iterations``), scores the fitted model on the
+**val split** (never test), and keeps the best ``keep`` candidates -- plus those it must
+always carry (today's default) -- for the next stage.  Fits go through the runner's
+checkpoint identity (:func:`pcgbench.runner.fit_only`), so runs are cached, resumable and
+shared with ``pcgbench run``; jobs run on the sweep's executors (local, SLURM, debug).
+
+Score of one run: ``sqrt(WD / WD_floor * ED / ED_floor)``, the geometric mean of the
+Wasserstein and energy distances of ``eval_repeats`` samples per val condition against
+the val split, each over the same distance for real data (as many training rows, drawn
+``FLOOR_DRAWS`` times, against the val split).  A candidate's score is the geometric mean
+over its (task, seed) runs; a candidate with a failed run (diverged, non-finite) ranks
+last and is named.  Each stage writes ``summary-<stage>.md`` / ``.csv`` under
+``<results>/tune/<study>/``.
+
+    pcgbench tune pmosfm_time_draws --dry-run
+    pcgbench tune pmosfm_time_draws --max-parallel 2 --threads-per-job 1
+    pcgbench tune pmosfm_time_draws --summary
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pcgbench.errors import PcgError, TrainingDiverged
+from pcgbench.fields import FieldData
+
+#: real-data draws averaged for a task's val floor
+FLOOR_DRAWS = 8
+#: the sampling seed offset of val scoring (the runner's test sampling uses its own)
+VAL_SEED = 20_000
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    overrides: tuple[tuple[str, Any], ...]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.overrides)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    iterations: int
+    seeds: tuple[int, ...]
+    #: how many of the previous stage's best candidates this stage runs (None: all)
+    keep: int | None = None
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    method: str
+    description: str
+    candidates: tuple[Candidate, ...]
+    tasks: tuple[str, ...]
+    stages: tuple[Stage, ...]
+    #: candidates every stage runs whatever their rank (today's default, for comparison)
+    always: tuple[str, ...] = ()
+    eval_repeats: int = 4
+    #: overrides every candidate shares (e.g. the objective under study)
+    base: tuple[tuple[str, Any], ...] = ()
+
+    def candidate(self, name: str) -> Candidate:
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        raise PcgError(f"study {self.name!r} has no candidate {name!r}")
+
+
+def grid(knobs: dict[str, dict[str, dict[str, Any]]]) -> tuple[Candidate, ...]:
+    """The full factorial of ``knobs`` (knob -> {label: overrides}): one candidate per
+    combination, named by its labels joined with ``|``."""
+    out = []
+    for combo in itertools.product(*(list(v.items()) for v in knobs.values())):
+        name = "|".join(label for label, _ in combo)
+        over: dict[str, Any] = {}
+        for _, o in combo:
+            over.update(o)
+        out.append(Candidate(name, tuple(over.items())))
+    return tuple(out)
+
+
+def _native_time_draws() -> Study:
+    knobs = {
+        "endpoint": {"e0": {"endpoint_share": 0.0}, "e0.25": {"endpoint_share": 0.25}},
+        "pair": {"uniform": {"time_pair": "uniform"},
+                 "LN(-0.4,1)": {"time_pair": "logit_normal", "time_mean": -0.4,
+                                "time_std": 1.0},
+                 "LN(0.4,1)": {"time_pair": "logit_normal", "time_mean": 0.4,
+                               "time_std": 1.0}},
+        "delta": {"U(0.01,0.1)": {"delta_range": (0.01, 0.1)},
+                  "0.1": {"delta_range": (0.1, 0.1)},
+                  "U(0.05,0.5)": {"delta_range": (0.05, 0.5)}},
+    }
+    return Study(
+        name="pmosfm_time_draws", method="pmosfm",
+        description=("PMosFM's native objective: the (s, t, delta) draws the paper leaves "
+                     "open (Alg. 2 states only 0 <= s < t <= 1, 0 < delta < t - s)"),
+        candidates=grid(knobs), tasks=("burgers", "darcy", "kolmogorov"),
+        stages=(Stage("1", iterations=1000, seeds=(0,)),
+                Stage("2", iterations=3000, seeds=(0, 1, 2), keep=3)),
+        always=("e0.25|uniform|U(0.01,0.1)",), base=(("objective", "native"),))
+
+
+STUDIES: dict[str, Callable[[], Study]] = {"pmosfm_time_draws": _native_time_draws}
+
+
+def get_study(name: str) -> Study:
+    import difflib
+
+    if name not in STUDIES:
+        close = difflib.get_close_matches(name, list(STUDIES), n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise PcgError(f"unknown study {name!r}{hint}; studies: {', '.join(STUDIES)}")
+    return STUDIES[name]()
+
+
+# -- where results live -------------------------------------------------------------
+def study_dir(study: Study, results_dir: str | None) -> Path:
+    from pcgbench.storage import results_dir as default_results_dir
+
+    return default_results_dir(results_dir) / "tune" / study.name
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def result_path(root: Path, preset: str, stage: Stage, task: str, cand: Candidate,
+                seed: int) -> Path:
+    return root / preset / f"stage{stage.name}" / task / _slug(cand.name) / f"seed{seed}.json"
+
+
+# -- one job ----------------------------------------------------------------------------
+def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
+    """Each metric of ``repeats * len(val)`` training rows against the val split, mean of
+    ``FLOOR_DRAWS`` seeded draws; cached per (task, preset, repeats) under ``root``."""
+    from filelock import FileLock
+
+    from pcgbench.runner import evaluate
+    from pcgbench.storage import atomic_write_json
+
+    path = root / "floors" / f"{task.name}-{task.preset}-k{repeats}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            return json.loads(path.read_text())["metrics"]
+        train, val = task.dataset("train"), task.dataset("val")
+        n = repeats * len(val)
+        runs = []
+        for d in range(FLOOR_DRAWS):
+            rng = np.random.default_rng([7, d])
+            idx = torch.from_numpy(np.sort(rng.choice(len(train), n, replace=n > len(train))))
+            ref = train.subset(idx)
+            runs.append(evaluate(task, ref.x, val.x, ref.cond, val.cond))
+        metrics = {k: statistics.fmean(float(r[k]) for r in runs)
+                   for k in runs[0] if all(isinstance(r[k], int | float) for r in runs)}
+        atomic_write_json(path, {"task": task.name, "preset": task.preset, "repeats": repeats,
+                                 "draws": FLOOR_DRAWS, "n": n, "metrics": metrics})
+        return metrics
+
+
+def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, seed: int,
+             preset: str, results_dir: str | None, data_dir: str | None, device: str
+             ) -> dict[str, Any]:
+    """Fit one candidate (the runner's checkpoint), score it on the val split, write its
+    result file; an existing result is returned as is."""
+    from pcgbench import environment
+    from pcgbench.runner import RunOptions, evaluate, fit_only, run_status, sample_rows
+    from pcgbench.storage import atomic_write_json
+
+    study = get_study(study_name)
+    stage = next(s for s in study.stages if s.name == stage_name)
+    cand = study.candidate(cand_name)
+    root = study_dir(study, results_dir)
+    out = result_path(root, preset, stage, task_name, cand, seed)
+    if out.exists():
+        res = json.loads(out.read_text())
+        return {"status": "exists", "detail": _detail(res), "seconds": 0.0}
+    t0 = time.perf_counter()
+    overrides = {**dict(study.base), **cand.config, "iterations": stage.iterations}
+    opts = RunOptions(task=task_name, method=study.method, seed=seed, preset=preset,
+                      device=device, overrides=overrides, results_dir=results_dir,
+                      data_dir=data_dir, progress=False)
+    res: dict[str, Any] = {"study": study.name, "stage": stage.name, "task": task_name,
+                           "candidate": cand.name, "overrides": overrides, "seed": seed,
+                           "preset": preset, "split": "val", "repeats": study.eval_repeats}
+    try:
+        fitted = fit_only(opts)
+    except TrainingDiverged as exc:
+        res.update(status="diverged", status_reason=str(exc), metrics={})
+    else:
+        task, method = fitted.task, fitted.method
+        val = task.dataset("val")
+        k = study.eval_repeats
+        rows = FieldData(val.x.repeat(k, *([1] * (val.x.ndim - 1))),
+                         None if val.cond is None else val.cond.repeat(k, 1))
+        dev = environment.resolve_device(device)
+        gen = torch.Generator(device="cpu").manual_seed(VAL_SEED + seed)
+        with torch.no_grad():
+            samples = sample_rows(method, rows, 64, gen, dev)
+        metrics = evaluate(task, samples, val.x, rows.cond, val.cond)
+        status, reason = run_status(method, fitted.stats, metrics)
+        floor = val_floor(task, k, root)
+        res.update(status=status, status_reason=reason, metrics=metrics, floor=floor,
+                   ratios={m: metrics[m] / floor[m] for m in ("wd", "energy")
+                           if isinstance(metrics.get(m), float) and floor.get(m)},
+                   seconds_per_update=statistics.median(fitted.stats.update_seconds[3:])
+                   if len(fitted.stats.update_seconds) > 3 else None,
+                   checkpoint_reused=fitted.reused, checkpoint=str(fitted.checkpoint),
+                   method_info=method.record_extras())
+    res.update(git=environment.git_hash(), created=environment.now(),
+               wall_seconds=time.perf_counter() - t0)
+    atomic_write_json(out, res)
+    return {"status": res["status"], "detail": _detail(res), "seconds": res["wall_seconds"]}
+
+
+def _detail(res: dict[str, Any]) -> str:
+    r = res.get("ratios") or {}
+    if "wd" in r and "energy" in r:
+        return f"WD {r['wd']:.3g}x, ED {r['energy']:.3g}x the val floor"
+    return str(res.get("status_reason") or res.get("status"))
+
+
+# -- planning and summaries -------------------------------------------------------------------
+@dataclass
+class StageResult:
+    stage: Stage
+    rows: list[dict[str, Any]] = field(default_factory=list)  # one per candidate, ranked
+    missing: int = 0
+
+
+def load_results(study: Study, root: Path, preset: str, stage: Stage,
+                 candidates: Sequence[Candidate]) -> tuple[dict[str, list[dict]], int]:
+    """(candidate -> its result dicts, number of missing results)."""
+    found: dict[str, list[dict]] = {}
+    missing = 0
+    for cand in candidates:
+        found[cand.name] = []
+        for task in study.tasks:
+            for seed in stage.seeds:
+                p = result_path(root, preset, stage, task, cand, seed)
+                if p.exists():
+                    found[cand.name].append(json.loads(p.read_text()))
+                else:
+                    missing += 1
+    return found, missing
+
+
+def run_score(res: dict[str, Any]) -> float:
+    """sqrt(WD ratio x ED ratio) of one result; inf for a failed run."""
+    r = res.get("ratios") or {}
+    if res.get("status") != "ok" or "wd" not in r or "energy" not in r:
+        return math.inf
+    return math.sqrt(r["wd"] * r["energy"])
+
+
+def _geo(values: list[float]) -> float:
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        return math.inf
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def summarize(study: Study, stage: Stage, found: dict[str, list[dict]], missing: int
+              ) -> StageResult:
+    """Candidates ranked by score (the geometric mean of their runs' scores); per task the
+    mean and std over seeds of the WD and ED ratios; per seed the score over tasks."""
+    rows = []
+    for name, results in found.items():
+        row: dict[str, Any] = {"candidate": name, "runs": len(results),
+                               "failed": [f"{r['task']}/seed{r['seed']}: {r['status']}"
+                                          for r in results if r.get("status") != "ok"]}
+        for task in study.tasks:
+            mine = [r for r in results if r["task"] == task and r.get("status") == "ok"]
+            for m in ("wd", "energy"):
+                vals = [r["ratios"][m] for r in mine if m in (r.get("ratios") or {})]
+                row[f"{task}:{m}"] = (statistics.fmean(vals) if vals else math.nan,
+                                      statistics.stdev(vals) if len(vals) > 1 else math.nan)
+        row["score"] = _geo([run_score(r) for r in results]) if results else math.inf
+        row["seed_scores"] = [_geo([run_score(r) for r in results if r["seed"] == s])
+                              for s in stage.seeds if any(r["seed"] == s for r in results)]
+        rows.append(row)
+    rows.sort(key=lambda r: (r["score"], r["candidate"]))
+    return StageResult(stage, rows, missing)
+
+
+def stage_candidates(study: Study, root: Path, preset: str, index: int) -> list[Candidate]:
+    """The candidates of stage ``index``: all for the first (or ``keep`` None), else the
+    previous stage's best ``keep`` plus ``always`` (the previous stage must be complete)."""
+    stage = study.stages[index]
+    if index == 0 or stage.keep is None:
+        return list(study.candidates)
+    prev = study.stages[index - 1]
+    prev_cands = stage_candidates(study, root, preset, index - 1)
+    found, missing = load_results(study, root, preset, prev, prev_cands)
+    if missing:
+        raise PcgError(f"study {study.name}: stage {prev.name} is incomplete ({missing} "
+                       f"result(s) missing); run it first (--stage {prev.name})")
+    ranked = [r["candidate"] for r in summarize(study, prev, found, 0).rows
+              if math.isfinite(r["score"])]
+    keep = ranked[:stage.keep]
+    keep += [name for name in study.always if name not in keep]
+    return [study.candidate(n) for n in keep]
+
+
+def render(study: Study, res: StageResult, preset: str, fmt: str = "md") -> str:
+    """The stage's table (markdown or CSV) with what its data are."""
+    from tabulate import tabulate
+
+    stage = res.stage
+    head = ["candidate", "score"] + [f"{t} WD/floor" for t in study.tasks] + [
+        f"{t} ED/floor" for t in study.tasks] + ["per-seed scores", "failed"]
+
+    def cell(v: tuple[float, float]) -> str:
+        mean, std = v
+        if math.isnan(mean):
+            return "-"
+        return f"{mean:.3g}" if math.isnan(std) else f"{mean:.3g} ± {std:.2g}"
+
+    body = []
+    for r in res.rows:
+        body.append([r["candidate"], "failed" if not math.isfinite(r["score"]) else
+                     f"{r['score']:.3g}"]
+                    + [cell(r[f"{t}:wd"]) for t in study.tasks]
+                    + [cell(r[f"{t}:energy"]) for t in study.tasks]
+                    + [" ".join(f"{s:.3g}" for s in r["seed_scores"]),
+                       "; ".join(r["failed"])])
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(head)
+        w.writerows(body)
+        return buf.getvalue()
+    caption = (f"Study {study.name}, stage {stage.name} ({study.method}, preset {preset}, "
+               f"{stage.iterations} updates, seeds {', '.join(map(str, stage.seeds))}, "
+               f"tasks {', '.join(study.tasks)}): scored on the VAL split, "
+               f"{study.eval_repeats} samples per val condition; WD and ED (energy "
+               f"distance) over the same distance of as many training rows against the val "
+               f"split (mean of {FLOOR_DRAWS} draws); mean ± std over seeds; score = "
+               "geometric mean over runs of sqrt(WD/floor x ED/floor), lower is better."
+               + (f" {res.missing} result(s) missing." if res.missing else ""))
+    return caption + "\n\n" + tabulate(body, headers=head, tablefmt="github")
+
+
+def verdict(res: StageResult) -> str:
+    """The choice and whether it is resolved: the best candidate against the runner-up
+    by their per-seed scores (Welch's t-test; 'beyond the spread' needs p < 0.05 and at
+    least 3 seeds each)."""
+    ok = [r for r in res.rows if math.isfinite(r["score"])]
+    if not ok:
+        return "no candidate completed"
+    best = ok[0]
+    text = f"best: {best['candidate']} (score {best['score']:.3g})"
+    if len(ok) < 2:
+        return text
+    second = ok[1]
+    a, b = best["seed_scores"], second["seed_scores"]
+    if len(a) < 3 or len(b) < 3:
+        return text + (f"; runner-up {second['candidate']} ({second['score']:.3g}); "
+                       "fewer than 3 seeds: not a resolved difference")
+    from scipy import stats
+
+    p = float(stats.ttest_ind(np.log(a), np.log(b), equal_var=False).pvalue)
+    word = "beyond the seed spread" if p < 0.05 else "within the seed spread"
+    return text + (f"; runner-up {second['candidate']} ({second['score']:.3g}): Welch p = "
+                   f"{p:.2g} on the per-seed log scores, {word}")
+
+
+def plan_stage(study: Study, index: int, preset: str, results_dir: str | None,
+               data_dir: str | None, device: str) -> tuple[list[Any], int]:
+    """(the jobs of stage ``index`` still to run, results already present)."""
+    from pcgbench.sweep import Job
+
+    root = study_dir(study, results_dir)
+    stage = study.stages[index]
+    jobs, present = [], 0
+    for cand in stage_candidates(study, root, preset, index):
+        for task in study.tasks:
+            for seed in stage.seeds:
+                if result_path(root, preset, stage, task, cand, seed).exists():
+                    present += 1
+                    continue
+                jobs.append(Job("tune", f"stage {stage.name} {task} {cand.name} seed {seed}",
+                                tune_job, (study.name, stage.name, task, cand.name, seed,
+                                           preset, results_dir, data_dir, device)))
+    return jobs, present
+
+
+def write_summary(study: Study, index: int, preset: str, results_dir: str | None) -> str:
+    """Render stage ``index``'s table and verdict, write them next to the results, and
+    return the markdown."""
+    from pcgbench.storage import atomic_write
+
+    root = study_dir(study, results_dir)
+    stage = study.stages[index]
+    cands = stage_candidates(study, root, preset, index)
+    found, missing = load_results(study, root, preset, stage, cands)
+    res = summarize(study, stage, found, missing)
+    md = render(study, res, preset) + "\n\n" + verdict(res) + "\n"
+    base = root / preset / f"summary-stage{stage.name}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(base.with_suffix(".md"), lambda p: p.write_text(md))
+    atomic_write(base.with_suffix(".csv"),
+                 lambda p: p.write_text(render(study, res, preset, "csv")))
+    return md

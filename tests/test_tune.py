@@ -1,0 +1,92 @@
+"""``pcgbench tune``: candidates fitted with one budget and scored on the val split only,
+cached per (stage, task, candidate, seed), stage 2 = the best of stage 1 plus the
+always-kept default, and the tables and verdict it writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pcgbench import tune
+from pcgbench.cli import main
+from pcgbench.errors import PcgError
+from pcgbench.task import Task
+from pcgbench.tune import Stage, Study, grid
+
+
+def _study() -> Study:
+    return Study(
+        name="tiny", method="pmosfm", description="a test study",
+        candidates=grid({"e": {"e0": {"endpoint_share": 0.0}, "e1": {"endpoint_share": 1.0}},
+                         "d": {"a": {"delta_range": (0.01, 0.1)},
+                               "b": {"delta_range": (0.1, 0.1)}}}),
+        tasks=("burgers",), stages=(Stage("1", 2, (0,)), Stage("2", 3, (0, 1), keep=1)),
+        always=("e1|b",), eval_repeats=2, base=(("objective", "native"),))
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setitem(tune.STUDIES, "tiny", _study)
+    return _study()
+
+
+def test_the_declared_study_is_the_issue_grid():
+    s = tune.get_study("pmosfm_time_draws")
+    assert len(s.candidates) == 18 and s.tasks == ("burgers", "darcy", "kolmogorov")
+    assert "e0.25|uniform|U(0.01,0.1)" in s.always  # today's default always compared
+    assert {c.config["endpoint_share"] for c in s.candidates} == {0.0, 0.25}
+    assert [(st.iterations, st.seeds) for st in s.stages] == [(1000, (0,)), (3000, (0, 1, 2))]
+    with pytest.raises(PcgError, match="did you mean 'pmosfm_time_draws'"):
+        tune.get_study("pmosfm_time_draw")
+
+
+def test_a_job_scores_on_the_val_split_and_never_reads_test(dirs, tiny, monkeypatch):
+    read: list[str] = []
+    original = Task.dataset
+
+    def spy(self, split):
+        read.append(split)
+        return original(self, split)
+
+    monkeypatch.setattr(Task, "dataset", spy)
+    out = tune.tune_job("tiny", "1", "burgers", "e0|a", 0, "smoke", None, None, "cpu")
+    assert out["status"] == "ok"
+    assert "test" not in read and "val" in read
+    (path,) = (dirs / "results" / "tune" / "tiny").rglob("seed0.json")
+    res = json.loads(path.read_text())
+    assert res["split"] == "val" and res["overrides"]["iterations"] == 2
+    assert res["ratios"]["wd"] == pytest.approx(res["metrics"]["wd"] / res["floor"]["wd"])
+    # cached: the second call returns the stored result
+    assert tune.tune_job("tiny", "1", "burgers", "e0|a", 0, "smoke", None, None,
+                         "cpu")["status"] == "exists"
+
+
+def test_stages_keep_the_best_and_the_default_and_write_tables(dirs, tiny, capsys):
+    with pytest.raises(PcgError, match="stage 1 is incomplete"):
+        tune.stage_candidates(tiny, tune.study_dir(tiny, None), "smoke", 1)
+    assert main(["tune", "tiny", "--preset", "smoke", "--executor", "debug", "--quiet"]) == 0
+    root = tune.study_dir(tiny, None)
+    first = tune.summarize(tiny, tiny.stages[0], *tune.load_results(
+        tiny, root, "smoke", tiny.stages[0], tiny.candidates)).rows
+    second = tune.stage_candidates(tiny, root, "smoke", 1)
+    assert [c.name for c in second] == list(dict.fromkeys(
+        [first[0]["candidate"], "e1|b"]))
+    md = (root / "smoke" / "summary-stage2.md").read_text()
+    assert "scored on the VAL split" in md and "best:" in md
+    assert (root / "smoke" / "summary-stage2.csv").read_text().startswith("candidate,score")
+    out = capsys.readouterr().out
+    assert "-- stage 2:" in out
+    # everything present: a rerun has nothing to do
+    assert main(["tune", "tiny", "--preset", "smoke", "--dry-run"]) == 0
+    assert "0 job(s) to run" in capsys.readouterr().out
+
+
+def test_a_failed_run_ranks_last_and_is_named(tiny):
+    stage = tiny.stages[0]
+    ok = {"task": "burgers", "seed": 0, "status": "ok", "ratios": {"wd": 2.0, "energy": 2.0}}
+    bad = {"task": "burgers", "seed": 0, "status": "diverged"}
+    res = tune.summarize(tiny, stage, {"x": [bad], "y": [ok]}, 0)
+    assert [r["candidate"] for r in res.rows] == ["y", "x"]
+    assert res.rows[1]["failed"] == ["burgers/seed0: diverged"]
+    assert "failed" in tune.render(tiny, res, "smoke")
