@@ -18,10 +18,12 @@ from pcgbench.task import Task
 
 
 def physics_residual(task: Task, x: Tensor, cond: Tensor | None, *, power: int = 2,
-                     constraints: bool = False, channel_sum: bool = False) -> Tensor:
+                     constraints: bool = False, channel_sum: bool = False,
+                     spectral: bool = False) -> Tensor:
     """Per-sample physics loss [B] of PHYSICAL fields ``x`` (see the module docstring);
     ``channel_sum``: the evaluator residual's channels (dim 1) are summed, not averaged
-    (PBFM's reference adds its two dynamic-stall closures pointwise)."""
+    (PBFM's reference adds its two dynamic-stall closures pointwise); ``spectral``: the
+    task's Fourier residual (``Task.residual_spectral``) in place of ``Task.residual``."""
     if power not in (1, 2):
         raise PcgError(f"residual power must be 1 or 2, got {power}")
 
@@ -29,7 +31,7 @@ def physics_residual(task: Task, x: Tensor, cond: Tensor | None, *, power: int =
         r = r.reshape(x.shape[0], -1)
         return (r.abs() if power == 1 else r.pow(2)).mean(dim=1)
 
-    res = task.residual(x, cond)
+    res = (task.residual_spectral if spectral else task.residual)(x, cond)
     loss = norm(res) * (res.shape[1] if channel_sum and res.ndim > 2 else 1)
     if constraints:
         for c in task.constraints().values():

@@ -81,14 +81,16 @@ class ReferenceResidual(NamedTuple):
 
     power: int  # |R| (1) or R^2 (2)
     channel_sum: bool = False  # sum the residual's channels (dim 1) before the grid mean
+    spectral: bool = False  # the task's Fourier residual (``Task.residual_spectral``)
 
 
 #: the reference's residual loss per task (tum-pbs/PBFM): Darcy ``residual.abs()`` then
-#: the grid mean; Kolmogorov ``div(...).square()``; dynamic stall the squared ideal-gas
-#: and wall-shear residuals added pointwise.  Other tasks: ``DEFAULT_RESIDUAL`` (ours)
+#: the grid mean; Kolmogorov ``div(...).square()`` with torchfsm's spectral ``Div``; dynamic
+#: stall the squared ideal-gas and wall-shear residuals added pointwise.  Other tasks:
+#: ``DEFAULT_RESIDUAL`` (ours)
 REFERENCE_RESIDUAL: dict[str, ReferenceResidual] = {
     "darcy": ReferenceResidual(1),
-    "kolmogorov": ReferenceResidual(2),
+    "kolmogorov": ReferenceResidual(2, spectral=True),
     "dynamic_stall": ReferenceResidual(2, channel_sum=True),
 }
 DEFAULT_RESIDUAL = ReferenceResidual(1)
@@ -126,15 +128,17 @@ def unroll_endpoint(net, xt: torch.Tensor, t: torch.Tensor, n: int,
 def residual_loss(task: Task, x_norm: torch.Tensor, cond: torch.Tensor | None = None,
                   weight: torch.Tensor | None = None, power: int = 2,
                   constraints: bool = False, t_weight: str = "sample",
-                  channel_sum: bool = False) -> torch.Tensor:
+                  channel_sum: bool = False, spectral: bool = False) -> torch.Tensor:
     """The residual loss of normalized fields (decoded to physical units first) from the
     per-sample physics loss e_b (``methods._physics.physics_residual``: grid mean of
     |R|^power, plus the hard constraints when ``constraints``; with ``channel_sum`` the
     evaluator's channels are summed, not averaged).  ``weight`` [B] (PBFM: t) enters as
     ``t_weight``: "sample" mean_b(w_b e_b), "batch" mean_b(w_b) * mean_b(e_b) (the
-    reference's broadcast), "none" (or no weight) mean_b(e_b)."""
+    reference's broadcast), "none" (or no weight) mean_b(e_b).  ``spectral``: the task's
+    Fourier residual in place of its evaluator residual."""
     per = physics_residual(task, task.normalizer.decode(x_norm), cond, power=power,
-                           constraints=constraints, channel_sum=channel_sum)
+                           constraints=constraints, channel_sum=channel_sum,
+                           spectral=spectral)
     if weight is None or t_weight == "none":
         return per.mean()
     if t_weight == "batch":
@@ -182,7 +186,9 @@ class PBFM(Method[PBFMConfig]):
     #: 1: the reference's residual per benchmark and its batch t-weight (was mean |R|
     #: with a per-sample t everywhere)
     #: 2: the preset recipe's cosine lr after warm-up and its budget
-    version = 2
+    #: 3: Kolmogorov's residual loss takes the spectral divergence (the reference's
+    #: torchfsm ``Div``; was central differences)
+    version = 3
     preset_recipe = True
 
     def __init__(self, task: Task, config: PBFMConfig, device: torch.device | str = "cpu"):
@@ -204,6 +210,7 @@ class PBFM(Method[PBFMConfig]):
     def record_extras(self) -> dict:
         return {"residual_power": self.residual.power,
                 "residual_channel_sum": self.residual.channel_sum,
+                "residual_spectral": self.residual.spectral,
                 "residual_t_weight": self.config.residual_t_weight}
 
     def modules(self) -> list[torch.nn.Module]:
@@ -229,7 +236,7 @@ class PBFM(Method[PBFMConfig]):
         return l_fm, residual_loss(self.task, x_hat, cond, t, power=spec.power,
                                    constraints=self.with_constraints,
                                    t_weight=self.config.residual_t_weight,
-                                   channel_sum=spec.channel_sum)
+                                   channel_sum=spec.channel_sum, spectral=spec.spectral)
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         """The PBFM update loop, timed like ``pcgbench.training.train_loop`` (synchronized

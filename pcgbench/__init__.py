@@ -15,6 +15,11 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from pcgbench import threads as _threads
+
+# before anything imports torch: idle OpenMP threads must not spin (pcgbench.threads)
+_threads.prepare_environment()
+
 #: sub-package -> folder of the source tree (pyproject.toml ``package-dir``)
 SOURCE_FOLDERS = {"tasks": "tasks", "methods": "methods", "metrics": "metrics",
                   "leaderboard": "leaderboard", "paper": "paper"}

@@ -38,6 +38,7 @@ _FIELDS: dict[str, Any] = {
     "metrics": dict, "config": dict, "task_params": dict, "method_info": (dict, type(None)),
     "protocol": (dict, type(None)), "inference": (dict, type(None)),
     "training": (dict, type(None)), "memory": (dict, type(None)),
+    "threads": (dict, type(None)),
     "nfe": _number, "parameters": _number, "wall_seconds": _number,
     "code_versions": lambda v: isinstance(v, dict) and all(
         isinstance(k, str) and isinstance(x, int) and not isinstance(x, bool)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from pcgbench import environment
+from pcgbench import environment, threads
 from pcgbench.checkpoints import check_state, load_checkpoint, save_checkpoint
 from pcgbench.config import apply_overrides, check_config, to_dict
 from pcgbench.errors import DataNotGenerated, PcgError, TrainingDiverged, UnsupportedError
@@ -1111,6 +1111,8 @@ def _execute(opts: RunOptions, task: Task, method: Method, device: torch.device,
                    "kind": mem_kind},
         # 1-min load average and CPU count at start and end of fit and of sampling
         "load": load,
+        # the CPU thread policy in force (pcgbench.threads)
+        "threads": threads.current().as_record(),
         "method_info": method.record_extras(),
         # the same weights under the class's diagnostic samplers (never a column)
         **({"diagnostics": diagnostics} if diagnostics else {}),

@@ -220,11 +220,12 @@ def in_job(threads: int | None, fn: Callable[..., dict[str, Any]], *args: Any
     in-process debug executor), SIGTERM as a clean stop (:mod:`pcgbench.termination`;
     submitit's job wrapper otherwise ignores SIGTERM), then :func:`guarded`."""
     from pcgbench import termination
+    from pcgbench import threads as thread_policy
 
     previous = torch.get_num_threads()
     limits = contextlib.nullcontext()
     if threads is not None:
-        torch.set_num_threads(threads)
+        thread_policy.apply(threads=threads)  # the records note it
         try:
             from threadpoolctl import threadpool_limits
 

@@ -336,3 +336,20 @@ def test_kfg_residual_exact_and_chart(tmp_path):
     dec = t.chart().decode(psi)
     assert float(t.residual(dec)[:, 0].abs().max()) <= 1e-10
     assert t.residual(dec).shape == (2, 3, n, n)
+
+
+def test_pbfm_residual_loss_takes_the_spectral_divergence(tmp_path):
+    """PBFM's Kolmogorov residual is the reference's (torchfsm ``Div``, spectral; squared):
+    zero on a chart-decoded divergence-free field, where the central difference is not."""
+    from pcgbench.methods.pbfm import residual_loss, residual_spec
+
+    task = tiny_task(tmp_path, n=16)
+    spec = residual_spec(task, None)
+    assert spec.spectral and spec.power == 2
+    psi = torch.randn(3, 1, 16, 16, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(1))
+    x = task.chart().decode(psi)
+    z = task.normalizer.encode(x)
+    loss = residual_loss(task, z, power=spec.power, spectral=spec.spectral)
+    assert float(loss) <= 1e-16
+    assert float(residual_loss(task, z, power=spec.power)) > 1e-6

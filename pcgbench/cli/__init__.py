@@ -72,6 +72,12 @@ def _main(argv: Sequence[str] | None) -> int:
     from pcgbench.termination import EXIT_CODE, Terminated
 
     try:
+        from pcgbench import threads
+
+        try:
+            threads.apply(getattr(args, "threads_policy", None), getattr(args, "threads", None))
+        except ValueError as exc:
+            raise PcgError(str(exc)) from None
         for module in args.plugin:
             load_plugin(module)
         with logging_redirect_tqdm():

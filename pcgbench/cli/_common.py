@@ -23,6 +23,13 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="phase lines even with --quiet, and debug detail (timestamped "
                    "when not on a terminal)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch intra-op threads (default: the thread policy's)")
+    p.add_argument("--threads-policy", default=None,
+                   choices=["auto", "default", "passive", "one", "free"],
+                   help="CPU threads: auto (default; $PCGBENCH_THREADS_POLICY), free (idle "
+                   "cores at start, passive waits), passive, one, default (torch's own); "
+                   "docs/protocols.md 'Thread policy'")
 
 
 def names(registry, kind: str) -> str:
