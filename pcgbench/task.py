@@ -38,7 +38,7 @@ PRESET_REGIME = {
     "smoke": "smoke preset: toy sizes for tests, not results",
     "cpu": "cpu preset: grids, data sizes and training budgets far below the paper's",
     "gpu": "gpu preset: the cpu preset's grids and data, a longer training budget",
-    "paper": "paper preset: the paper's grids and budgets",
+    "paper": "paper preset: the paper's grids; training budgets ours (the paper states none)",
 }
 
 
