@@ -36,7 +36,7 @@ def test_the_declared_study_is_the_issue_grid():
     assert len(s.candidates) == 18 and s.tasks == ("burgers", "darcy", "kolmogorov")
     assert "e0.25|uniform|U(0.01,0.1)" in s.always  # today's default always compared
     assert {c.config["endpoint_share"] for c in s.candidates} == {0.0, 0.25}
-    assert [(st.iterations, st.seeds) for st in s.stages] == [(500, (0,)), (1500, (0, 1, 2))]
+    assert [(st.iterations, st.seeds) for st in s.stages] == [(500, (0,)), (1000, (0, 1, 2))]
     with pytest.raises(PcgError, match="did you mean 'pmosfm_time_draws'"):
         tune.get_study("pmosfm_time_draw")
 
