@@ -34,6 +34,8 @@ from pcgbench.leaderboard.tables import (
     is_ok,
     latex_escape,
     latex_float,
+    md_escape,
+    md_text,
     render_notes,
     status_of,
     to_csv,
@@ -378,7 +380,7 @@ def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = 
         return _csv(groups, layout, rep, extras_caption(records, layout, preset),
                     floors(records, layout))
     tablefmt = "pipe" if fmt == "md" else "latex_raw"
-    esc = latex_escape if fmt == "latex" else (lambda t: t)
+    esc = latex_escape if fmt == "latex" else md_escape
     captions = extras_caption(records, layout, preset)
     out = []
     floor = floors(records, layout)
@@ -388,6 +390,8 @@ def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = 
         title = (f"## ablation {name}: {layout.metric} (preset {p}"
                  + (f", on {kind}" if kind != "cpu" else "")
                  + (f", also {rest}" if rest else "") + ")")
+        if fmt != "latex":  # names from the records, as the table's cells
+            title = md_text(title)
         here = {t: f for (fp, t), f in floor.items() if fp == p}
         table = tabulate(_measured_rows(cells, layout, columns, fmt, failed.get(group), here),
                          headers=[esc(h) for h in ["benchmark"] + [

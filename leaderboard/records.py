@@ -6,36 +6,62 @@ import json
 import warnings
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from pcgbench.record import (  # noqa: F401 - re-exported
     RunRecord,
     metric_out_of_range,
+    record_integrity,
     record_problem,
 )
 
 
-def load_records(root: Path) -> list[RunRecord]:
-    """All run records under ``root/records``.  Unreadable (binary, truncated) or ill-typed
-    files (:func:`record_problem`), records whose content does not match their ``digest``
-    (edited or damaged) and records with a metric outside its declared range are skipped
-    and named in a warning, never a crash and never shown as results."""
-    from pcgbench.record import record_digest
+def _parse(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the JSON object of a file that is a run record, '') or (None, why it is not one):
+    not a regular file (a directory, a device, a FIFO: never opened), unreadable, not
+    JSON, or JSON without a task and a method."""
+    try:
+        if not path.is_file():
+            return None, "not a regular file"
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError: ValueError
+        return None, type(exc).__name__
+    if not isinstance(rec, dict):
+        return None, f"a JSON {type(rec).__name__}"
+    if "task" not in rec or "method" not in rec:
+        return None, "no task and method"
+    return rec, ""
 
+
+def load_records(root: Path, allow_unsealed: bool = False) -> list[RunRecord]:
+    """All run records under ``root/records``.  A record that cannot be used -- ill-typed
+    anywhere (:data:`pcgbench.record.RECORD_SCHEMA`), of a newer layout, without a
+    ``digest`` (unless ``allow_unsealed``: imported on purpose, and said once), with
+    content that does not match its digest (edited or damaged) or with a metric outside
+    its range -- is skipped and named in one warning each; files that are no records at
+    all (unreadable, binary, not a JSON object, without task and method) are counted in
+    one summary warning.  Never a crash, and nothing skipped is shown as a result."""
     out = []
+    junk: list[tuple[Path, str]] = []
+    unsealed = 0
     for path in sorted((root / "records").rglob("*.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError: ValueError
-            warnings.warn(f"skipping unreadable record {path}: {type(exc).__name__}",
-                          stacklevel=2)
+        rec, why = _parse(path)
+        if rec is None:
+            junk.append((path, why))
             continue
-        problem = record_problem(rec)
-        if problem is None and "digest" in rec and rec["digest"] != record_digest(rec):
-            problem = "its content does not match its digest (edited or damaged)"
-        if problem is None:
-            problem = metric_out_of_range(rec)
+        problem = record_integrity(rec, allow_unsealed)
         if problem is not None:
             warnings.warn(f"skipping record {path}: {problem}", stacklevel=2)
             continue
+        unsealed += "digest" not in rec
         out.append(RunRecord(MappingProxyType(rec), str(path)))
+    if junk:
+        (first, why), n = junk[0], len(junk)
+        warnings.warn(f"skipped {n} file{'s' if n > 1 else ''} that {'are' if n > 1 else 'is'} "
+                      f"not {'records' if n > 1 else 'a record'} under {root / 'records'} "
+                      f"(unreadable, or not a JSON run record; e.g. {first}: {why})",
+                      stacklevel=2)
+    if unsealed:
+        warnings.warn(f"imported {unsealed} unsealed record(s) without a digest "
+                      "(--allow-unsealed): their content is not verified", stacklevel=2)
     return out

@@ -13,6 +13,7 @@ from pcgbench.leaderboard.tables import (
     annotate_frame,
     format_table,
     long_frame,
+    md_text,
     render_notes,
     to_csv,
 )
@@ -20,11 +21,12 @@ from pcgbench.log import printable
 
 
 def table_markdown(table: TaskTable) -> str:
-    """A heading, the table with its notes, then one paragraph per remark."""
+    """A heading, the table with its notes, then one paragraph per remark (names and
+    notes escaped as the table's cells: :func:`~pcgbench.leaderboard.tables.md_text`)."""
     body = (format_table(table.mean, table.std, table.seeds, "md", table.reported)
             + render_notes(table.notes, "md"))
-    return "\n".join([f"\n## {table.task} (preset {table.preset})\n", body,
-                      *(f"\n{printable(line)}" for line in table.remarks)])
+    return "\n".join([f"\n## {md_text(table.task)} (preset {md_text(table.preset)})\n", body,
+                      *(f"\n{md_text(line)}" for line in table.remarks)])
 
 
 def table_latex(table: TaskTable) -> str:

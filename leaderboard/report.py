@@ -42,6 +42,7 @@ from pcgbench.leaderboard.tables import (
     method_of,
     row_label,
 )
+from pcgbench.log import printable
 from pcgbench.record import RunRecord
 from pcgbench.registry import TASKS
 
@@ -128,31 +129,56 @@ def _col(m: str, seeds: dict[str, int]) -> str:
         else f"{m} (n={seeds[m]})"
 
 
-def _samples(record: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+def _samples_file_problem(path: str) -> str | None:
+    """Why a record's ``samples_file`` cannot be opened as one (it is missing, a
+    directory, a device, a FIFO or a socket: never opened, so a FIFO cannot hang the
+    report), or None for a regular file."""
+    try:
+        p = Path(path)
+        if not p.exists():
+            return "does not exist"
+        if p.is_dir():
+            return "is a directory"
+        if not p.is_file():
+            return "is not a regular file (a device, FIFO or socket)"
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, no permission
+        return f"cannot be examined ({type(exc).__name__})"
+    return None
+
+
+def _samples(record: Mapping[str, Any], problems: list[str] | None = None
+             ) -> dict[str, np.ndarray] | None:
     """The record's saved samples (``samples``, ``reference`` [n, C, *spatial] of one
-    shape, optional ``cond``), or None; an unreadable or malformed file is skipped and
-    named in a warning."""
+    shape, optional ``cond``), or None; a samples file that is missing, not a regular
+    file, unreadable or malformed is skipped, named in a warning and appended to
+    ``problems`` (the report names it under the table)."""
     path = RunRecord.from_json(record).samples_file
-    if not isinstance(path, str) or not Path(path).is_file():
+    if not path:
         return None
     import warnings
 
-    import h5py
+    problem = _samples_file_problem(path)
+    out: dict[str, np.ndarray] = {}
+    if problem is None:
+        import h5py
 
-    try:
-        with h5py.File(path, "r") as f:
-            out = {k: np.asarray(f[k]) for k in ("samples", "reference", "cond") if k in f}
-        problem = ("lacks 'samples' or 'reference'" if not {"samples", "reference"} <= set(out)
-                   else "samples and reference differ in shape"
-                   if out["samples"].shape[1:] != out["reference"].shape[1:]
-                   else "has no rows or no field axes" if out["samples"].ndim < 3
-                   or not len(out["samples"]) or not len(out["reference"])
-                   else "is not numeric" if not all(np.issubdtype(a.dtype, np.number)
-                                                    for a in out.values()) else None)
-    except Exception as exc:  # noqa: BLE001 - corrupt HDF5, wrong kind of file, ...
-        problem = f"is unreadable ({type(exc).__name__})"
+        try:
+            with h5py.File(path, "r") as f:
+                out = {k: np.asarray(f[k]) for k in ("samples", "reference", "cond") if k in f}
+            problem = ("lacks 'samples' or 'reference'"
+                       if not {"samples", "reference"} <= set(out)
+                       else "samples and reference differ in shape"
+                       if out["samples"].shape[1:] != out["reference"].shape[1:]
+                       else "has no rows or no field axes" if out["samples"].ndim < 3
+                       or not len(out["samples"]) or not len(out["reference"])
+                       else "is not numeric" if not all(np.issubdtype(a.dtype, np.number)
+                                                        for a in out.values()) else None)
+        except Exception as exc:  # noqa: BLE001 - corrupt HDF5, wrong kind of file, ...
+            problem = f"is unreadable ({type(exc).__name__})"
     if problem:
         warnings.warn(f"skipping samples file {path}: {problem}", stacklevel=2)
+        if problems is not None:
+            problems.append(f"samples file {path} {problem}: its figures are left out")
         return None
     return out
 
@@ -172,7 +198,14 @@ def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]
     methods = [m for m in mean.columns if method_of(m) != "data"]
     quality = next((r for r in ("wd", "re") if r in mean.index), order[0] if order else None)
 
-    saved = {m: s for m in methods if (s := _samples(by_method[m][0])) is not None}
+    saved: dict[str, dict[str, np.ndarray]] = {}
+    for m in methods:
+        bad: list[str] = []
+        if (s := _samples(by_method[m][0], bad)) is not None:
+            saved[m] = s
+        # named under the table, as on stderr
+        parts += [f'<p class="note">{html.escape(printable(f"{m}: {line}"))}</p>'
+                  for line in bad]
     reference = next(iter(saved.values()))["reference"] if saved else None
     if reference is not None:  # one grid: every method's fields of the reference's shape
         saved = {m: s for m, s in saved.items()

@@ -29,6 +29,7 @@ from pcgbench.leaderboard.tables import (
     group_records,
     latex_escape,
     latex_float,
+    md_escape,
     render_notes,
     summary_frame,
     to_csv,
@@ -246,8 +247,8 @@ def render_suite(records: Iterable[Mapping[str, Any]], suite: str, fmt: str = "m
         headers = ["dataset", "metric"] + [_seed_header(m, counts[m]) for m in mean.columns]
         title = f"## suite {suite} (preset {p})"
         table = tabulate(_rows(mean, std, fmt, frozenset({"data"})),
-                         headers=[latex_escape(h) for h in headers] if fmt == "latex"
-                         else headers, tablefmt=tablefmt, disable_numparse=True)
+                         headers=[(latex_escape if fmt == "latex" else md_escape)(h)
+                                  for h in headers], tablefmt=tablefmt, disable_numparse=True)
         notes = [f"data ({name}): {TASKS.get(t).provenance(p)}" for t, name in layout.datasets
                  if t in TASKS]
         out.append(latex_float(booktabs(table), title[3:], notes) if fmt == "latex"

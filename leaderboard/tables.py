@@ -99,6 +99,17 @@ def status_of(record: Mapping[str, Any]) -> str:
     return "stale" if status == "ok" and stale_reason(record) else status
 
 
+#: why a table leaves out an ``ok`` record without a single metric value: it would count
+#: in its column's n with nothing in the means
+NO_METRICS = "no metric recorded"
+
+
+def measured_nothing(record: Mapping[str, Any]) -> bool:
+    """Whether a record carries no metric value at all (``metrics`` absent, ``{}`` or
+    only nulls)."""
+    return not any(v is not None for v in RunRecord.from_json(record).metrics.values())
+
+
 def is_ok(record: Mapping[str, Any]) -> bool:
     """A scored run: status ``ok`` and not stale."""
     return status_of(record) == "ok"
@@ -110,8 +121,13 @@ def failed_notes(records: Iterable[Mapping[str, Any]], tasks: set[str] | None = 
     runs the tables leave out of their means."""
     out = []
     for r in as_records(records):
-        if is_ok(r) or (tasks is not None and r.task not in tasks) or (
+        if (tasks is not None and r.task not in tasks) or (
                 preset is not None and r.preset != preset):
+            continue
+        if is_ok(r):
+            if measured_nothing(r):  # an ok status over nothing: no column counts it
+                out.append(f"excluded from the means: {r.task}/{r.method} seed {r.seed} "
+                           f"[{r.preset}] -- invalid: {NO_METRICS}")
             continue
         extra = "".join(f", {k} {v:.3g}" for k in ("nonfinite_fraction", "blowup_fraction")
                         if isinstance(v := r.metric(k), float) and v)
@@ -146,11 +162,12 @@ def group_records(records: Iterable[Mapping[str, Any]], variants: bool = False
     """{(task, preset): {column: [records over seeds]}} (latest record per seed wins).
     Columns are identities (:func:`column_label`): variants are their own columns, shown
     only with ``variants``, never averaged into the default; failed runs (status other
-    than ok) are left out (see :func:`failed_notes`)."""
+    than ok) and records without a metric value are left out (see :func:`failed_notes`):
+    a column's n counts the seeds its means are over."""
     out: dict[tuple[str, str], dict[str, dict[int, RunRecord]]] = defaultdict(
         lambda: defaultdict(dict))
     for r in as_records(records):
-        if "task" not in r or "method" not in r or not is_ok(r):
+        if "task" not in r or "method" not in r or not is_ok(r) or measured_nothing(r):
             continue
         if r.variant and not variants:
             continue
@@ -345,12 +362,41 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in printable(text))
 
 
-def md_escape(text: str) -> str:
-    """A plain-text cell of a markdown (pipe) table: ``|`` escaped, line breaks and
-    control characters written out, so a name cannot split a column or a row."""
+#: markdown characters that format wherever they stand (a backslash first: it escapes)
+_MD_ALWAYS = frozenset("\\`*~")
+#: what after ``<`` makes a closing tag, a comment, a declaration or an instruction
+_MD_TAG_MARKS = frozenset("/!?")
+
+
+def md_text(text: str) -> str:
+    """Plain text (a name, a note) as markdown that renders as that text: control
+    characters written out (:func:`pcgbench.log.printable`), and every character that
+    could format, link or inject HTML backslash-escaped -- ``\\ ` * ~`` always, ``_``
+    except inside a word (``fm_ot`` stays as typed: it cannot emphasise there), ``<``
+    where it could open a tag, comment or autolink (``<script>``, ``<img``, ``</``,
+    ``<!``), ``&`` where it could start an entity, and the ``(`` of a link ``](`` -- so a
+    method, variant, data-file or device name prints as itself, as in the HTML report."""
     from pcgbench.log import printable
 
-    return printable(text).replace("|", "\\|")
+    text = printable(text)
+    out = []
+    for i, ch in enumerate(text):
+        before = text[i - 1] if i else ""
+        after = text[i + 1] if i + 1 < len(text) else ""
+        if (ch in _MD_ALWAYS
+                or ch == "_" and not (before.isalnum() and after.isalnum())
+                or ch == "<" and (after.isalpha() or after in _MD_TAG_MARKS)
+                or ch == "&" and (after.isalnum() or after == "#")
+                or ch == "(" and before == "]"):
+            out.append("\\")
+        out.append(ch)
+    return "".join(out)
+
+
+def md_escape(text: str) -> str:
+    """A plain-text cell of a markdown (pipe) table: :func:`md_text`, and ``|`` escaped
+    so a name cannot split a column (nor a line break a row)."""
+    return md_text(text).replace("|", "\\|")
 
 
 def booktabs(table: str) -> str:
@@ -647,9 +693,7 @@ def render_notes(lines: list[str], fmt: str) -> str:
     if fmt == "latex":
         return ("\n\\par\\smallskip{\\footnotesize\\raggedright\\noindent "
                 + " \\\\\n".join(latex_escape(line) for line in lines) + "\\par}")
-    from pcgbench.log import printable
-
-    return "".join(f"\n\n{printable(line)}" for line in lines)
+    return "".join(f"\n\n{md_text(line)}" for line in lines)
 
 
 def annotate_frame(frame: pd.DataFrame, task: str, preset: str,

@@ -95,6 +95,7 @@ def _replace_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
             hints = {}
         value = coerce(value, hints.get(head, Any), head, full, type(obj).__name__)
         check_bounds(type(obj), head, value, f"--set {full}={value!r}")
+        check_choices(type(obj), head, value, f"--set {full}={value!r}")
     return dataclasses.replace(obj, **{head: value})
 
 
@@ -158,14 +159,42 @@ def check_bounds(cls: type, name: str, value: Any, what: str) -> None:
         raise PcgError(f"{what}: {cls.__name__}.{name} must be {b.describe()}")
 
 
+def choices_for(cls: type, name: str) -> tuple[Any, ...] | None:
+    """The values a string field accepts: the declared ``cls.choices[name]`` (a
+    ``ClassVar`` mapping field name -> tuple), else the naming convention's (every method,
+    plug-ins included: ``lr_schedule`` is one of :data:`pcgbench.training.LR_SCHEDULES`),
+    else None (any value)."""
+    declared = getattr(cls, "choices", None) or {}
+    if name in declared:
+        return tuple(declared[name])
+    if name == "lr_schedule":
+        from pcgbench.training import LR_SCHEDULES
+
+        return tuple(LR_SCHEDULES)
+    return None
+
+
+def check_choices(cls: type, name: str, value: Any, what: str) -> None:
+    """One-line :class:`PcgError` when a string ``value`` is not one of
+    ``choices_for(cls, name)`` (so ``show-config`` and ``run`` refuse it alike, before
+    any data or fit)."""
+    options = choices_for(cls, name)
+    if options is not None and isinstance(value, str) and value not in options:
+        raise PcgError(f"{what}: {cls.__name__}.{name} must be one of "
+                       + ", ".join(map(repr, options)))
+
+
 def check_config(config: Any, prefix: str = "") -> None:
-    """Every numeric field of a (nested) config dataclass within its bounds."""
+    """Every numeric field of a (nested) config dataclass within its bounds, every field
+    with a fixed set of values one of them (:func:`choices_for`)."""
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value):
             check_config(value, f"{prefix}{f.name}.")
         else:
-            check_bounds(type(config), f.name, value, f"config {prefix}{f.name}={value!r}")
+            what = f"config {prefix}{f.name}={value!r}"
+            check_bounds(type(config), f.name, value, what)
+            check_choices(type(config), f.name, value, what)
 
 
 #: fields that must be >= 1 (ints) or > 0 (floats); every other int must be >= 0 and

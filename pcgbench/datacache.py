@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import torch
 
-from pcgbench.errors import DataNotGenerated
+from pcgbench.errors import DataNotGenerated, PcgError
 from pcgbench.fields import SPLITS, FieldData, TaskSpec
 from pcgbench.log import generating, logger
 from pcgbench.presets import data_preset
@@ -131,6 +131,8 @@ def verify(task: CachedTask, split: str) -> str:
         return "missing"
     try:
         _read(path, task, split)
+    except PcgError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any read failure means corrupt
         return f"corrupt: {exc}"
     return "ok"
@@ -151,6 +153,8 @@ def load_or_generate(task: CachedTask, split: str) -> FieldData:
         if path.exists():
             try:
                 return _read(path, task, split)
+            except PcgError:  # not the file's fault (a --max-minutes landing in the read)
+                raise
             except Exception as exc:  # noqa: BLE001
                 warnings.warn(
                     f"dataset cache {path} is unreadable or mismatched ({exc}); regenerating",

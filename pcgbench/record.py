@@ -1,13 +1,20 @@
 """The run record: one JSON object per run (``results/records/<task>/<preset>/<method>/``),
 written by the runner and read back by every table, note, report and the audit through
 :class:`RunRecord` -- typed fields with the defaults all readers share, over the JSON object
-itself (unchanged, so its digest and every existing record stay valid)."""
+itself (unchanged, so its digest and every existing record stay valid).
+
+Every field a reader uses is declared once, with its type, in :data:`RECORD_SCHEMA`
+(nested blocks included); :func:`record_problem` checks a record against it and
+:func:`record_integrity` adds the seal (``digest``) and the metrics' declared ranges.  A
+record of a newer layout (``record_version`` above :data:`SCHEMA_VERSION`) is refused as a
+whole; fields the schema does not name are carried along unread."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -20,61 +27,267 @@ SCHEMA_VERSION = 1
 _NUM = (int, float)
 _NONFINITE = ("nan", "inf", "-inf", "Infinity", "-Infinity", "NaN")
 
+@dataclass(frozen=True)
+class Key:
+    """An entry of a JSON object or array whose names are data (a metric's, a phase's, a
+    list index), in a :data:`FieldPath`."""
+
+    key: str | int
+
+    def __str__(self) -> str:
+        return f"[{self.key}]" if isinstance(self.key, int) else repr(self.key)
+
+
+#: a place in a record: declared field names and entries (``diagnostics['euler_100']
+#: .metrics``)
+FieldPath = tuple[str | Key, ...]
+
 
 def _number(v: Any, optional: bool = True) -> bool:
     if v is None:
         return optional
-    return (isinstance(v, _NUM) and not isinstance(v, bool)) or v in _NONFINITE
+    return (isinstance(v, _NUM) and not isinstance(v, bool)) or (
+        isinstance(v, str) and v in _NONFINITE)
 
 
-#: top-level fields a reader uses, and their types (a field that is absent is fine; one of
-#: another type makes the record ill-typed)
-_FIELDS: dict[str, Any] = {
-    "task": str, "method": str, "preset": str, "status": str,
-    "seed": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-    "variant": (str, type(None)), "status_reason": (str, type(None)),
-    "pretrained": (str, type(None)), "samples_file": (str, type(None)),
-    "created": str, "started": str, "finished": str, "note": str,
-    "metrics": dict, "config": dict, "task_params": dict, "method_info": (dict, type(None)),
-    "protocol": (dict, type(None)), "inference": (dict, type(None)),
-    "training": (dict, type(None)), "memory": (dict, type(None)),
-    "threads": (dict, type(None)),
-    "nfe": _number, "parameters": _number, "wall_seconds": _number,
-    "code_versions": lambda v: isinstance(v, dict) and all(
-        isinstance(k, str) and isinstance(x, int) and not isinstance(x, bool)
-        for k, x in v.items()),
-    "nfe_per_batch": lambda v: isinstance(v, list) and all(_number(x, False) for x in v),
-}
-_NESTED_NUMBERS = {"inference": ("seconds_per_sample", "seconds_per_batch", "batch_size"),
-                   "training": ("seconds_per_update", "updates", "fit_seconds", "final_loss"),
-                   "memory": ("train_peak_mb", "sample_peak_mb")}
+def _place(path: FieldPath) -> str:
+    """``field 'seed'`` (a top-level field), ``field training.loss_curve``,
+    ``field diagnostics['euler_100'].metrics``."""
+    if len(path) == 1:
+        return f"field {path[0]!r}"
+    return "field " + str(path[0]) + "".join(
+        f"[{p.key!r}]" if isinstance(p, Key) and isinstance(p.key, str)
+        else str(p) if isinstance(p, Key) else f".{p}" for p in path[1:])
+
+
+def _bad(path: FieldPath, value: Any, expected: str) -> str:
+    """One line: where in the record, what it holds, what it should: ``field 'seed' is
+    -1 (expected an integer >= 0)``, ``metric 'wd' is "high" (...)``, ``field
+    'code_versions' has 'task' = 1.5 (...)``."""
+    shown = json.dumps(value, default=str)[:40]
+    *head, last = path
+    if isinstance(last, Key):
+        if head == ["metrics"]:
+            return f"metric {last.key!r} is {shown} (expected {expected})"
+        return f"{_place(tuple(head))} has {last} = {shown} (expected {expected})"
+    return f"{_place(path)} is {shown} (expected {expected})"
+
+
+class Spec:
+    """The declared type of one place in a record."""
+
+    def problem(self, value: Any, path: FieldPath) -> str | None:
+        """Why ``value`` (at ``path``) does not fit, or None."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Value(Spec):
+    """A JSON scalar (or any value) that ``test`` accepts: ``expected`` says what it is."""
+
+    test: Callable[[Any], bool]
+    expected: str
+
+    def problem(self, value: Any, path: FieldPath) -> str | None:
+        return None if self.test(value) else _bad(path, value, self.expected)
+
+
+@dataclass(frozen=True)
+class Nullable(Spec):
+    """``spec``, or ``null``."""
+
+    spec: Spec
+
+    def problem(self, value: Any, path: FieldPath) -> str | None:
+        return None if value is None else self.spec.problem(value, path)
+
+
+@dataclass(frozen=True)
+class ListOf(Spec):
+    """A JSON array of ``item``."""
+
+    item: Spec
+
+    def problem(self, value: Any, path: FieldPath) -> str | None:
+        if not isinstance(value, list):
+            return _bad(path, value, "a list")
+        for i, x in enumerate(value):
+            if (p := self.item.problem(x, (*path, Key(i)))) is not None:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class MapOf(Spec):
+    """A JSON object whose every value is ``item`` (names of the writer's choosing)."""
+
+    item: Spec
+
+    def problem(self, value: Any, path: FieldPath) -> str | None:
+        if not isinstance(value, Mapping):
+            return _bad(path, value, "an object")
+        for k, x in value.items():
+            if (p := self.item.problem(x, (*path, Key(str(k))))) is not None:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class Block(Spec):
+    """A JSON object with declared ``fields`` (each optional: an absent field takes the
+    readers' default); other keys are carried along unread (a method's own facts)."""
+
+    fields: Mapping[str, Spec]
+
+    def problem(self, value: Any, path: FieldPath) -> str | None:
+        if not isinstance(value, Mapping):
+            return _bad(path, value, "an object")
+        for name, spec in self.fields.items():
+            if name in value and (p := spec.problem(value[name], (*path, name))) is not None:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class LoadBlock(Spec):
+    """The machine-load block: ``{"load1": number|null, "cpus": int|null}`` points,
+    nested in phases (``fit``/``sample``) and moments (``start``/``end``)."""
+
+    depth: int = 4
+
+    def problem(self, value: Any, path: FieldPath) -> str | None:
+        if not isinstance(value, Mapping):
+            return _bad(path, value, "an object of load points")
+        if "load1" in value:
+            return _LOAD_POINT.problem(value, path)
+        if self.depth == 0:
+            return _bad(path, value, "load points, not nested deeper")
+        inner = LoadBlock(self.depth - 1)
+        for k, x in value.items():
+            if (p := inner.problem(x, (*path, Key(str(k))))) is not None:
+                return p
+        return None
+
+
+def _is_int(v: Any, low: int | None = None) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
+
+
+def _is_name(v: Any) -> bool:
+    """A registered name's form (:func:`pcgbench.registry.check_name`): a path component
+    that cannot leave the results directory."""
+    from pcgbench.registry import check_name
+
+    try:
+        check_name("record", v)
+    except PcgError:
+        return False
+    return True
+
+
+def _is_loss_curve(v: Any) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(_number(x, False) for x in p) for p in v)
+
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+STR = Value(lambda v: isinstance(v, str), "a string")
+NAME = Value(_is_name, "a name: 1 to 64 letters, digits and _ . + -, no '..'")
+NUMBER = Value(lambda v: _number(v, False), "a number")
+BOOL = Value(lambda v: isinstance(v, bool), "true or false")
+OBJECT = Value(lambda v: isinstance(v, Mapping), "an object")
+
+
+def integer(low: int | None = None) -> Value:
+    """An integer (not a boolean), at least ``low``."""
+    return Value(lambda v: _is_int(v, low),
+                 "an integer" + (f" >= {low}" if low is not None else ""))
+
+
+_LOAD_POINT = Block({"load1": Nullable(NUMBER), "cpus": Nullable(integer(1))})
+_METRICS = MapOf(Nullable(NUMBER))
+
+#: every top-level field a reader uses, with its type (absent: the readers' default)
+RECORD_SCHEMA: Mapping[str, Spec] = MappingProxyType({
+    # identity
+    "record_version": integer(1),
+    "task": NAME, "method": NAME, "preset": NAME, "seed": integer(0),
+    "variant": Nullable(STR), "tag": Nullable(STR), "sample_batch": integer(1),
+    "device_kind": NAME, "device": STR,
+    "task_params": OBJECT, "config": OBJECT, "config_hash": STR,
+    "data_file": Nullable(STR), "data_file_path": Nullable(STR),
+    "code_versions": MapOf(integer()), "pretrained": Nullable(NAME),
+    "digest": Value(lambda v: isinstance(v, str) and bool(_DIGEST.fullmatch(v)),
+                    "sha256:<64 hex digits>"),
+    # outcome
+    "status": STR, "status_reason": Nullable(STR),
+    "metrics": _METRICS, "metrics_std": _METRICS,
+    "nfe": Nullable(NUMBER), "nfe_per_batch": ListOf(NUMBER),
+    "parameters": Nullable(NUMBER), "n_samples": integer(0), "reference_draws": integer(1),
+    "inference": Nullable(Block({
+        "seconds_per_sample": Nullable(NUMBER), "seconds_per_batch": Nullable(NUMBER),
+        "batch_size": Nullable(NUMBER), "repeats_seconds": ListOf(NUMBER),
+        "breakdown_seconds_per_sample": MapOf(NUMBER)})),
+    "training": Nullable(Block({
+        "seconds_per_update": Nullable(NUMBER), "updates": Nullable(NUMBER),
+        "fit_seconds": Nullable(NUMBER), "final_loss": Nullable(NUMBER),
+        "loss_curve": Nullable(Value(_is_loss_curve, "a list of [update, loss] pairs")),
+        "checkpoint_reused": Nullable(BOOL)})),
+    "memory": Nullable(Block({"train_peak_mb": Nullable(NUMBER),
+                              "sample_peak_mb": Nullable(NUMBER), "kind": Nullable(STR)})),
+    "load": Nullable(LoadBlock()),
+    "threads": Nullable(Block({"policy": STR, "threads": integer(1),
+                               "omp_wait_policy": Nullable(STR), "set_by": STR,
+                               "busy_cores_at_start": Nullable(NUMBER)})),
+    "diagnostics": MapOf(Block({"overrides": OBJECT, "nfe": Nullable(NUMBER),
+                                "metrics": _METRICS, "status": STR})),
+    "method_info": Nullable(OBJECT), "protocol": Nullable(OBJECT),
+    "samples_file": Nullable(STR), "checkpoint": Nullable(STR),
+    "data_overlap": MapOf(NUMBER), "data_notes": MapOf(STR), "note": STR,
+    # provenance
+    "created": STR, "started": STR, "finished": STR,
+    "wall_seconds": Nullable(NUMBER), "fit_wall_seconds": Nullable(NUMBER),
+    "versions": MapOf(STR), "git": Nullable(STR),
+})
+
+#: the reason every reader gives for a record of a newer layout
+NEWER = "written by a newer pcgbench; upgrade"
+#: ... and for a record without a digest (not sealed by the runner)
+UNSEALED = ("it has no digest (not sealed by pcgbench: written or edited by hand); "
+            "--allow-unsealed imports such records on purpose")
+#: ... and for one whose content does not match its digest
+TAMPERED = "its content does not match its digest (edited or damaged)"
 
 
 def record_problem(rec: Any) -> str | None:
-    """Why a parsed record cannot be used by a table or report (a field of the wrong
-    type, a metric that is not a number, a malformed loss curve), or None."""
+    """Why a parsed record cannot be used by a table or report (a newer layout, a field
+    of the wrong type anywhere in :data:`RECORD_SCHEMA`, a metric that is not a number, a
+    malformed loss curve), or None."""
     if not isinstance(rec, Mapping):
         return f"a JSON {type(rec).__name__}, not an object"
-    for name, kind in _FIELDS.items():
-        if name not in rec:
-            continue
-        v = rec[name]
-        ok = kind(v) if callable(kind) and not isinstance(kind, type) else isinstance(v, kind)
-        if not ok:
-            return f"field {name!r} is {json.dumps(v, default=str)[:40]}"
-    for name, value in (rec.get("metrics") or {}).items():
-        if not isinstance(name, str) or not _number(value):
-            return f"metric {name!r} is {json.dumps(value, default=str)[:40]}"
-    for block, keys in _NESTED_NUMBERS.items():
-        for k in keys:
-            if k in (rec.get(block) or {}) and not _number(rec[block][k]):
-                return f"field {block}.{k} is {json.dumps(rec[block][k], default=str)[:40]}"
-    curve = (rec.get("training") or {}).get("loss_curve")
-    if curve is not None and not (isinstance(curve, list) and all(
-            isinstance(p, list) and len(p) == 2 and all(_number(x, False) for x in p)
-            for p in curve)):
-        return "field training.loss_curve is not a list of [update, loss] pairs"
+    version = rec.get("record_version")
+    if _is_int(version) and version > SCHEMA_VERSION:
+        return (f"record_version {version}: {NEWER} (this one reads record_version "
+                f"{SCHEMA_VERSION})")
+    for name, spec in RECORD_SCHEMA.items():
+        if name in rec and (p := spec.problem(rec[name], (name,))) is not None:
+            return p
     return None
+
+
+def seal_problem(rec: Mapping[str, Any], allow_unsealed: bool = False) -> str | None:
+    """Why a record's seal fails: no ``digest`` (unless ``allow_unsealed``), or one that
+    does not match its content; None for an intact seal."""
+    if "digest" not in rec:
+        return None if allow_unsealed else UNSEALED
+    return TAMPERED if rec["digest"] != record_digest(rec) else None
+
+
+def record_integrity(rec: Any, allow_unsealed: bool = False) -> str | None:
+    """Why a record read from disk is refused, or None: :func:`record_problem`, then
+    :func:`seal_problem`, then :func:`metric_out_of_range`."""
+    return (record_problem(rec) or seal_problem(rec, allow_unsealed)
+            or metric_out_of_range(rec))
 
 
 def metric_out_of_range(rec: Mapping[str, Any]) -> str | None:

@@ -40,7 +40,6 @@ from pcgbench.record import (
     SCHEMA_VERSION,
     RecordError,
     RunRecord,
-    record_digest,
     seal_record,
 )
 from pcgbench.registry import METHODS, METRICS, TASKS
@@ -98,9 +97,14 @@ def seed_everything(seed: int) -> None:
 
 def build_task(opts: RunOptions) -> Task:
     task_cls = TASKS.get(opts.task)
-    if opts.data_file and "{split}" not in opts.data_file and not Path(
-            opts.data_file).expanduser().exists():
-        raise PcgError(f"--data-file {opts.data_file!r}: no such file or directory")
+    if opts.data_file and "{split}" not in opts.data_file:
+        from pcgbench.dataguard import path_kind
+
+        kind = path_kind(Path(opts.data_file).expanduser())
+        if kind == "missing":
+            raise PcgError(f"--data-file {opts.data_file!r}: no such file or directory")
+        if kind not in (None, "a directory"):  # a directory: some tasks read one
+            raise PcgError(f"--data-file {opts.data_file!r} is {kind}, not a data file")
     return task_cls(
         preset=opts.preset,
         data_dir=Path(opts.data_dir) if opts.data_dir else None,
@@ -137,8 +141,36 @@ def method_config(task: Task, opts: RunOptions) -> tuple[type[Method], Any]:
         overrides["chart"] = opts.chart
     config = apply_overrides(config, overrides)
     check_config(config)
+    check_backbone_modes(config, task, default_config(task, method_cls, opts.preset))
     method_cls.validate_config(config)
     return method_cls, config
+
+
+def check_backbone_modes(config: Any, task: Task, default: Any = None,
+                         prefix: str = "") -> None:
+    """Refuse (one line) an FNO backbone config whose ``modes`` exceeds what the task's
+    grid has on every axis, ``max(mode_caps(spatial_shape))``: the layers would clip it
+    and the record would name modes the run never used.  A value equal to the
+    ``default`` config's (the preset's, whose documented meaning is "capped per dim by
+    the grid size") is left alone, so default columns keep their identity."""
+    from pcgbench.backbones import BackboneConfig
+    from pcgbench.backbones.fno import mode_caps
+
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        base = getattr(default, f.name, None) if default is not None else None
+        if isinstance(value, BackboneConfig):
+            shape = tuple(int(n) for n in task.spec.spatial_shape)
+            if value.kind != "fno" or not shape:
+                continue
+            most = max(mode_caps(shape))
+            if value.modes > most and getattr(base, "modes", None) != value.modes:
+                grid = " x ".join(str(n) for n in shape)
+                raise PcgError(f"config {prefix}{f.name}.modes={value.modes}: an FNO on the "
+                               f"{grid} grid of {task.name!r} uses at most {most} Fourier "
+                               f"modes per dim; set {prefix}{f.name}.modes <= {most}")
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_backbone_modes(value, task, base, f"{prefix}{f.name}.")
 
 
 def build_method(task: Task, opts: RunOptions, device: torch.device) -> Method:
@@ -333,6 +365,9 @@ def _guarded(name: str, phase: str, call: Any) -> Any:
         return call()
     except (PcgError, KeyboardInterrupt):
         raise
+    except SystemExit as exc:  # a method must not end the process: a failed run
+        raise PcgError(f"method {name!r} called sys.exit({exc.code!r}) in {phase}; the run "
+                       "failed (no record written)") from exc
     except Exception as exc:  # noqa: BLE001
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise PcgError(f"method {name!r} failed in {phase}: {type(exc).__name__}: {msg} "
@@ -383,6 +418,7 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
                             opts.seed, ckpt)
                 return method, FitStats(**fit), True
             except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint is refitted
+                deadline_check()  # --max-minutes passed inside the load: not a corrupt file
                 import warnings
 
                 warnings.warn(f"checkpoint {ckpt} failed verification "
@@ -405,9 +441,7 @@ def _fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
                     opts.preset, f" ({updates} updates)" if updates else "")
         t0 = time.perf_counter()
         stats = _guarded(method.name, "fit", lambda: method.fit(train, progress=opts.progress))
-        if not isinstance(stats, FitStats):
-            raise PcgError(f"{owner}: fit() returned {type(stats).__name__}, not the FitStats "
-                           "of its updates (pcgbench.method.FitStats)")
+        stats = check_fit_stats(stats, owner)
         state = _guarded(method.name, "state_dict", method.state_dict)
         check_state(state, owner)
         save_checkpoint(ckpt, state, stats)
@@ -442,10 +476,60 @@ def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.dev
     return method
 
 
-def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str) -> None:
+def check_fit_stats(stats: Any, owner: str) -> FitStats:
+    """What ``fit`` returned, checked at the boundary (one line naming the method): a
+    :class:`FitStats` whose ``update_seconds`` and ``losses`` are lists of real numbers
+    (returned as floats; a non-finite loss stays, :func:`run_status` records it as
+    diverged) and whose ``extra`` is a dict with string keys."""
+    if not isinstance(stats, FitStats):
+        raise PcgError(f"{owner}: fit() returned {type(stats).__name__}, not the FitStats "
+                       "of its updates (pcgbench.method.FitStats)")
+    import numpy as np
+
+    lists: dict[str, list[float]] = {}
+    for name in ("update_seconds", "losses"):
+        values = getattr(stats, name)
+        if not isinstance(values, list | tuple):
+            raise PcgError(f"{owner}: fit() returned FitStats.{name} as a "
+                           f"{type(values).__name__}; expected a list of numbers")
+        for i, v in enumerate(values):
+            if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.integer
+                                                                 | np.floating):
+                hint = " (append loss.item())" if torch.is_tensor(v) else ""
+                raise PcgError(f"{owner}: fit() returned FitStats.{name}[{i}] = "
+                               f"{str(v)[:40]!r}, a {type(v).__name__}; expected a real "
+                               f"number{hint}")
+        lists[name] = [float(v) for v in values]
+    if any(not (math.isfinite(v) and v >= 0) for v in lists["update_seconds"]):
+        raise PcgError(f"{owner}: fit() returned FitStats.update_seconds with a negative or "
+                       "non-finite duration")
+    if not isinstance(stats.extra, dict) or not all(isinstance(k, str) for k in stats.extra):
+        raise PcgError(f"{owner}: fit() returned FitStats.extra as a "
+                       f"{type(stats.extra).__name__}; expected a dict with string keys")
+    return FitStats(update_seconds=lists["update_seconds"], losses=lists["losses"],
+                    extra=stats.extra)
+
+
+def _check_samples(samples: torch.Tensor, task: Task, n: int, method: str,
+                   device: torch.device | None = None) -> None:
+    """What ``sample`` returned, checked at the boundary (one line naming the method): a
+    dense real floating-point tensor on the run's device or the CPU, of the task's
+    shape.  Non-finite values pass: the run records them (status diverged)."""
     if not torch.is_tensor(samples):
         raise PcgError(f"method {method!r} returned a {type(samples).__name__} from sample(); "
                        "expected a torch.Tensor [n, C, *spatial]")
+    where = samples.device
+    allowed = {"cpu"} | ({device.type} if device is not None else set())
+    if samples.is_meta or (device is not None and where.type not in allowed):
+        raise PcgError(f"method {method!r} returned samples on the {where} device from "
+                       f"sample(); expected them on {device or 'cpu'} or the CPU")
+    if samples.layout != torch.strided:
+        raise PcgError(f"method {method!r} returned a {samples.layout} tensor from sample(); "
+                       "expected a dense tensor")
+    if not samples.is_floating_point():
+        raise PcgError(f"method {method!r} returned samples of dtype "
+                       f"{str(samples.dtype).removeprefix('torch.')} from sample(); expected "
+                       "real floating-point values")
     expected = (n, *task.spec.field_shape)
     if tuple(samples.shape) != expected:
         raise PcgError(
@@ -610,6 +694,15 @@ def loss_growth(losses: list[float]) -> float:
     return float(medians[-1]) / lowest
 
 
+def config_problem(config: Any) -> str | None:
+    """Why a run of ``config`` is recorded ``invalid`` whatever it produces (a config that
+    trains or samples nothing), or None; ``show-config`` says the same."""
+    for name in ("iterations", "steps"):
+        if getattr(config, name, None) == 0:
+            return f"the config trains or samples nothing ({name}=0)"
+    return None
+
+
 def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
                ) -> tuple[str, str | None]:
     """``("ok" | "diverged" | "invalid", reason)`` of a finished run.  A run whose config
@@ -617,9 +710,9 @@ def run_status(method: Method, fit_stats: FitStats, metrics: dict[str, float]
     (:func:`loss_growth` over ``LOSS_GROWTH_LIMIT``), or any of whose samples
     is non-finite or blown up (``blowup_fraction``) is recorded as such and never scored
     as a success (the leaderboard leaves it out of the means and says so)."""
-    for name in ("iterations", "steps"):
-        if getattr(method.config, name, None) == 0:
-            return "invalid", f"the config trains or samples nothing ({name}=0)"
+    problem = config_problem(method.config)
+    if problem is not None:
+        return "invalid", problem
     if any(not math.isfinite(v) for v in fit_stats.losses):
         return "diverged", "the training loss became non-finite"
     growth = loss_growth(fit_stats.losses)
@@ -702,6 +795,7 @@ def write_record(path: Path, record: dict[str, Any]) -> RunRecord:
     :func:`pcgbench.record.record_digest`); metrics outside their declared ``bounds``
     and ill-typed fields (:func:`pcgbench.record.record_problem`) are refused.  Returns the
     record as written."""
+    deadline_check()  # a --max-minutes that passed (and was swallowed) writes no record
     record = _json_safe(record)
     for name, value in (record.get("metrics") or {}).items():
         if name in METRICS and isinstance(value, int | float):
@@ -792,11 +886,29 @@ class RunTimeLimit(PcgError):
     """The run passed ``--max-minutes``."""
 
 
+#: the message of the --max-minutes that has passed in the current :func:`time_limit`
+#: (None: none passed, or no limit)
+_deadline: list[str | None] = [None]
+#: seconds between repeats of an expired limit whose exception something swallowed
+DEADLINE_REPEAT_SECONDS = 5.0
+
+
+def deadline_check() -> None:
+    """Raise :class:`RunTimeLimit` where the current ``--max-minutes`` has passed (code
+    that catches broad exceptions calls this before treating one as its own failure)."""
+    if _deadline[0] is not None:
+        raise RunTimeLimit(_deadline[0])
+
+
 @contextlib.contextmanager
 def time_limit(minutes: float | None) -> Iterator[None]:
     """Raise :class:`RunTimeLimit` in the main thread after ``minutes`` (SIGALRM; a no-op
     without a limit, off the main thread or where there is no ``setitimer``).  A fit
-    stopped this way resumes from its last partial checkpoint when rerun."""
+    stopped this way resumes from its last partial checkpoint when rerun.  Wherever the
+    limit lands it stays the limit: the alarm repeats every ``DEADLINE_REPEAT_SECONDS``
+    until the block ends, :func:`deadline_check` raises it, :func:`write_record` writes
+    nothing after it, and a block that completes after it (its exception swallowed)
+    raises it on exit."""
     import signal
     import threading
 
@@ -804,18 +916,25 @@ def time_limit(minutes: float | None) -> Iterator[None]:
             or not hasattr(signal, "setitimer")):
         yield
         return
+    message = (f"the run passed --max-minutes {minutes:g} and was stopped (no record; a "
+               "rerun resumes from the last partial checkpoint)")
 
     def expire(signum: int, frame: Any) -> None:
-        raise RunTimeLimit(f"the run passed --max-minutes {minutes:g} and was stopped (no "
-                           "record; a rerun resumes from the last partial checkpoint)")
+        _deadline[0] = message
+        raise RunTimeLimit(message)
 
+    outer = _deadline[0]
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, minutes * 60.0)
+    signal.setitimer(signal.ITIMER_REAL, minutes * 60.0, DEADLINE_REPEAT_SECONDS)
     try:
         yield
+        passed = _deadline[0] is not None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        _deadline[0] = outer
+    if passed:
+        raise RunTimeLimit(message)
 
 
 #: warn before a fit with this many times the preset's default updates
@@ -869,16 +988,22 @@ def warn_budget(task: Task, method: Method, opts: RunOptions) -> None:
 
 
 def _read_record(path: Path) -> RunRecord | None:
-    """The stored record, or None when there is none or it is unreadable (a corrupt
-    record does not block a rerun; it is replaced, with a warning)."""
+    """The stored record, or None when there is none or it is unreadable (a corrupt,
+    unsealed or ill-typed record does not block a rerun; it is replaced, with a warning).
+    A record written by a newer pcgbench is refused (one line), never overwritten."""
+    from pcgbench.record import NEWER, record_integrity
+
     if not path.exists():
         return None
     try:
         record = json.loads(path.read_text())
         if not isinstance(record, dict) or "metrics" not in record:
             raise ValueError("not a run record")
-        if "digest" in record and record["digest"] != record_digest(record):
-            raise ValueError("its content does not match its digest (edited or damaged)")
+        problem = record_integrity(record)
+        if problem is not None and NEWER in problem:
+            raise PcgError(f"run record {path}: {problem}; it is left as it is")
+        if problem is not None:
+            raise ValueError(problem)
         return RunRecord.from_json(record, str(path))
     except (OSError, ValueError, RecordError) as exc:
         import warnings
@@ -943,7 +1068,7 @@ def _sample_batches(method: Method, task: Task, opts: RunOptions, device: torch.
                      lambda: method.sample(cond_slice(0, batch), batch, gen))
     t_first = time.perf_counter() - t_first
     nfe_per_batch = [method.nfe.count]
-    _check_samples(first, task, batch, method.name)
+    _check_samples(first, task, batch, method.name, device)
     if method.nfe.count and bar.total != method.nfe.count * n_batches:
         bar.total = method.nfe.count * n_batches  # the counted calls, not the formula
     bar.set_postfix_str(f"1/{n_batches} batches done", refresh=False)
@@ -957,7 +1082,7 @@ def _sample_batches(method: Method, task: Task, opts: RunOptions, device: torch.
         t0 = time.perf_counter()
         out = _guarded(method.name, "sample", lambda: method.sample(cond, size, g))
         synchronize(device)
-        _check_samples(out, task, size, method.name)
+        _check_samples(out, task, size, method.name, device)
         nfe_per_batch.append(method.nfe.count)  # adaptive samplers vary per batch
         bar.set_postfix_str(f"{len(nfe_per_batch)}/{n_batches} batches done", refresh=False)
         if size == batch:
@@ -1004,8 +1129,9 @@ def _sample_untimed(method: Method, test: Any, batch: int, gen: torch.Generator,
     for i in range(0, n, batch):
         cond = None if test.cond is None else test.cond[i:i + batch].to(device)
         size = min(batch, n - i)
-        chunks.append(_guarded(method.name, "sample",
-                               lambda c=cond, k=size: method.sample(c, k, gen)).detach().cpu())
+        out = _guarded(method.name, "sample", lambda c=cond, k=size: method.sample(c, k, gen))
+        _check_samples(out, method.task, size, method.name, device)
+        chunks.append(out.detach().cpu())
     return torch.cat(chunks), len(chunks)
 
 

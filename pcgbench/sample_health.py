@@ -13,6 +13,8 @@ def nonfinite_fraction(samples: torch.Tensor) -> float:
     n = int(samples.shape[0])
     if n == 0:
         return float("nan")
+    if not (samples.is_floating_point() or samples.is_complex()):
+        return 0.0  # bool and integer values are all finite
     bad = ~torch.isfinite(samples.reshape(n, -1)).all(dim=1)
     return float(bad.sum().item()) / n
 
@@ -31,6 +33,10 @@ def blowup_fraction(samples: torch.Tensor, reference: torch.Tensor,
     if n == 0:
         return float("nan")
     ref = reference.detach()
+    if not (ref.is_floating_point() or ref.is_complex()):  # bool/int: widened for |.|
+        ref = ref.to(torch.float64)
+    if not (samples.is_floating_point() or samples.is_complex()):
+        samples = samples.to(torch.float64)
     mags = torch.where(torch.isfinite(ref), ref.abs(), torch.zeros((), dtype=ref.dtype))
     scale = float(mags.max()) if mags.numel() else 0.0
     # each row's largest |value| (nan when it has one: amax propagates it) in its own

@@ -48,10 +48,9 @@ def split_path(path: Path, split: str, task: str) -> Path:
             f"{task}: --data-file needs one file per split: a path containing '{{split}}' "
             f"(e.g. data/{task}_{{split}}.h5) or a directory holding train.h5, val.h5, test.h5"
         )
-    out = split_file(path, split)
-    if not out.is_file():
-        raise PcgError(f"{task}: {split} data file {str(out)!r} not found")
-    return out
+    from pcgbench.dataguard import require_file
+
+    return require_file(split_file(path, split), f"{task}: {split} data file")
 
 
 @contextmanager
@@ -98,9 +97,23 @@ def check_span(coords: Any, expected: float, what: str, path: Path, task: str) -
                        f"{expected:.6g}")
 
 
+def check_pairs(u: Any, what: str, notes: dict[str, str] | None = None) -> None:
+    """Before anything of ``u [A, B, *rest]`` is read: its dtype
+    (:func:`pcgbench.dataguard.check_dtype`; ``notes`` take an integer dtype's note) and
+    the memory of :func:`read_pairs`' float32 result plus one slab as stored
+    (:func:`pcgbench.dataguard.check_memory`); ``what`` names ``u`` in the one line."""
+    from pcgbench.dataguard import check_dtype, check_memory
+
+    check_dtype(u.dtype, what, notes)
+    shape = tuple(int(n) for n in u.shape)
+    slab = np.dtype(u.dtype).itemsize * int(np.prod(shape[1:])) if shape else 0
+    check_memory(shape, 4, what, extra=slab)
+
+
 def read_pairs(u: Any, perm: tuple[int, ...]) -> torch.Tensor:
     """``u [A, B, *rest]`` -> float32 ``[A * B, 1, *rest permuted by perm]`` (rest axes
-    numbered from 0), read one first-axis slab at a time (no second full copy)."""
+    numbered from 0), read one first-axis slab at a time (no second full copy); the
+    caller checks ``u`` with :func:`check_pairs` first."""
     a, b = u.shape[:2]
     first = np.transpose(np.asarray(u[0], dtype=np.float32), (0, *(1 + q for q in perm)))
     out = torch.empty((a * b, 1, *first.shape[1:]), dtype=torch.float32)

@@ -19,6 +19,7 @@ from pcgbench.paper.audit import (
     normalize_quote,
     regime_notes,
 )
+from pcgbench.record import seal_record
 from pcgbench.registry import METHODS, TASKS
 
 PAPER = Path("/work/shared/paper/pmosfm_paper.tex")
@@ -212,10 +213,10 @@ def test_audit_cli(tmp_path, monkeypatch, capsys):
     folder = root / "records" / "burgers" / "cpu"
     folder.mkdir(parents=True)
     for i, r in enumerate(_all([1.0, 1.01, 0.99], [2.0, 2.02, 1.98])):
-        (folder / f"{i}.json").write_text(json.dumps(r))
+        (folder / f"{i}.json").write_text(json.dumps(seal_record(r)))
     failed = {**_rec("pmosfm", seed=3, wd=9.0), "status": "diverged",
               "status_reason": "loss became non-finite at update 99"}
-    (folder / "failed.json").write_text(json.dumps(failed))
+    (folder / "failed.json").write_text(json.dumps(seal_record(failed)))
     assert main(["audit", "--preset", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "Welch's t-test" in out and "> Experiments across benchmarks show lower" in out

@@ -275,12 +275,13 @@ def test_poseidon_option_errors(task, monkeypatch, tmp_path):
 def write_record(root: Path, task: str, method: str, seed: int, metrics: dict) -> None:
     path = root / "records" / task / "cpu" / method / f"seed{seed}-x.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    from pcgbench.record import seal_record
     from pcgbench.registry import METHODS
 
     versions = {"method": METHODS.get(method).version} if method in METHODS else {}
-    path.write_text(json.dumps({"task": task, "method": method, "seed": seed, "preset": "cpu",
-                                "metrics": metrics, "nfe": 20, "finished": f"t{seed}",
-                                "code_versions": versions}))
+    path.write_text(json.dumps(seal_record({
+        "task": task, "method": method, "seed": seed, "preset": "cpu", "metrics": metrics,
+        "nfe": 20, "finished": f"t{seed}", "code_versions": versions})))
 
 
 @pytest.fixture()

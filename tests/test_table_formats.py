@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from pcgbench.cli import main
+from pcgbench.record import seal_record
 from pcgbench.registry import METHODS, TASKS
 
 
@@ -29,14 +30,14 @@ def _record(root: Path, task: str, method: str, seed: int, metrics: dict, **extr
     if method == "data" and TASKS.get(task).reference_version():
         versions["reference"] = TASKS.get(task).reference_version()
     loaded = {"start": {"load1": 9.0, "cpus": 2}, "end": {"load1": 9.0, "cpus": 2}}
-    path.write_text(json.dumps({
+    path.write_text(json.dumps(seal_record({
         "task": task, "method": method, "seed": seed, "preset": "cpu", "metrics": metrics,
         "nfe": 1 if method.startswith("pmosfm") else 20, "finished": f"t{seed}",
         "variant": variant, "code_versions": versions, "parameters": 123456,
         "inference": {"seconds_per_sample": 0.0123},
         "training": {"seconds_per_update": 1.3545741875000203},
         "memory": {"train_peak_mb": 812.5, "kind": "cpu_peak_rss_delta"},
-        "load": {"fit": loaded, "sample": loaded}, **extra}))
+        "load": {"fit": loaded, "sample": loaded}, **extra})))
 
 
 @pytest.fixture()

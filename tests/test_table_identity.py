@@ -18,6 +18,7 @@ from pcgbench.leaderboard.tables import (
     summary_frame,
     table_notes,
 )
+from pcgbench.record import seal_record
 from pcgbench.registry import METHODS, TASKS
 
 
@@ -102,7 +103,7 @@ def test_every_format_says_what_its_data_are(tmp_path, monkeypatch, capsys):
         folder = root / "records" / task / "cpu" / "fm_ot"
         folder.mkdir(parents=True)
         for s in range(2):
-            (folder / f"{s}.json").write_text(json.dumps(_rec(task=task, seed=s)))
+            (folder / f"{s}.json").write_text(json.dumps(seal_record(_rec(task=task, seed=s))))
     assert main(["leaderboard", "--preset", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "data: a SURROGATE of PBFM's RANS data" in out

@@ -32,6 +32,16 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    "docs/protocols.md 'Thread policy'")
 
 
+def add_allow_unsealed(p: argparse.ArgumentParser) -> None:
+    """``--allow-unsealed``: also read records without a ``digest`` (hand-written or
+    imported; their content cannot be verified).  Without it they are named and skipped,
+    like an edited record."""
+    p.add_argument("--allow-unsealed", action="store_true",
+                   help="also read run records that carry no digest (written or converted "
+                   "by hand; unverified, and said so); by default they are named and "
+                   "skipped like edited records")
+
+
 def names(registry, kind: str) -> str:
     """Help text listing a registry's names (a --plugin or an installed entry point may add
     more, so they are listed, not enforced as argparse choices)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from pcgbench.cli._common import add_common
+from pcgbench.cli._common import add_allow_unsealed, add_common
 from pcgbench.presets import DEFAULT_PRESET, PRESETS
 
 
@@ -14,6 +14,7 @@ def add_parser(sub: typing.Any) -> None:
     p = sub.add_parser("audit", help="the paper's own claims (quoted, with location), each "
                        "judged on our records by a stated statistical rule")
     add_common(p)
+    add_allow_unsealed(p)
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="device kind of the records judged (never pooled)")
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> None:
 
     check_preset(args.preset)
     root = results_dir(args.results)
-    records = load_records(root)
+    unsealed = bool(getattr(args, "allow_unsealed", False))  # --allow-unsealed
+    records = load_records(root, unsealed)
     rows = audit_rows(records, args.preset, args.device,
                       load_benchmark_records(root), args.method)
     df = pd.DataFrame(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from pcgbench.cli._common import add_common
+from pcgbench.cli._common import add_allow_unsealed, add_common
 from pcgbench.errors import PcgError
 from pcgbench.registry import METHODS, TASKS
 
@@ -13,6 +13,7 @@ from pcgbench.registry import METHODS, TASKS
 def add_parser(sub: typing.Any) -> None:
     p = sub.add_parser("leaderboard", help="paper-style tables from all recorded runs")
     add_common(p)
+    add_allow_unsealed(p)
     kind = p.add_mutually_exclusive_group()  # one kind of table: a task's, a suite's, an ablation's
     kind.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> None:
     if args.standalone and args.format != "latex":
         raise PcgError("--standalone applies to --format latex only")
     root = results_dir(args.results)
+    unsealed = bool(getattr(args, "allow_unsealed", False))  # --allow-unsealed
     if args.preset is not None:
         from pcgbench.presets import check_preset
 
@@ -58,8 +60,8 @@ def run(args: argparse.Namespace) -> None:
 
         if args.rows or args.methods:
             raise PcgError("--ablation is its own table: --rows/--methods do not apply")
-        text = render_ablation(load_records(root), args.ablation, args.format, args.preset,
-                               reported=not args.no_reported)
+        text = render_ablation(load_records(root, unsealed), args.ablation,
+                               args.format, args.preset, reported=not args.no_reported)
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
         return
     if args.suite is not None:
@@ -67,22 +69,23 @@ def run(args: argparse.Namespace) -> None:
 
         if args.rows or args.methods:
             raise PcgError("--rows/--methods apply to per-task tables, not to --suite")
-        records = load_records(root)
+        records = load_records(root, unsealed)
         text = render_suite(records, args.suite, args.format, args.preset,
                             reported=not args.no_reported)
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
         if args.format == "md":
             from pcgbench.leaderboard.suite import suite_layout
+            from pcgbench.leaderboard.tables import md_text
 
             for line in failed_notes(records, {t for t, _ in suite_layout(args.suite).datasets},
                                      args.preset):
-                print(f"\n{line}")
+                print(f"\n{md_text(line)}")
         return
     from pcgbench.leaderboard.model import task_table
     from pcgbench.leaderboard.render import table_csv, table_latex, table_markdown
     from pcgbench.leaderboard.tables import group_records
 
-    records = load_records(root)
+    records = load_records(root, unsealed)
     groups = group_records(records, variants=args.variants)
     if args.task is not None:
         TASKS.get(args.task)  # unknown task -> did-you-mean error

@@ -6,7 +6,7 @@ import argparse
 import typing
 from pathlib import Path
 
-from pcgbench.cli._common import add_common
+from pcgbench.cli._common import add_allow_unsealed, add_common
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 
@@ -16,6 +16,7 @@ def add_parser(sub: typing.Any) -> None:
                        "recorded runs: tables, sample grids, spectra, histograms, loss "
                        "curves, quality vs cost")
     add_common(p)
+    add_allow_unsealed(p)
     p.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
     p.add_argument("--out", default="pcgbench_report", help="output directory")
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> None:
 
         check_preset(args.preset)
     root = results_dir(args.results)
-    records = load_records(root)
+    unsealed = bool(getattr(args, "allow_unsealed", False))  # --allow-unsealed
+    records = load_records(root, unsealed)
     if not records:
         raise PcgError(f"no run records under {root}; run `pcgbench run` first")
     out = ensure_writable(Path(args.out).expanduser())

@@ -23,14 +23,25 @@ def add_parser(sub: typing.Any) -> None:
     p.add_argument("--device", default="cpu")
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> int:
+    """Prints the resolved config; the same validation as ``run`` (a config ``run``
+    refuses is refused here, one line, exit 2), and exit 1 with the reason on stderr for a
+    config ``run`` would record as invalid (as ``run`` exits 1 for it)."""
     import json
+    import sys
 
     import torch
 
     from pcgbench.config import parse_assignments, to_dict
     from pcgbench.presets import check_preset
-    from pcgbench.runner import RunOptions, build_method, build_task, run_key, variant_label
+    from pcgbench.runner import (
+        RunOptions,
+        build_method,
+        build_task,
+        config_problem,
+        run_key,
+        variant_label,
+    )
     from pcgbench.storage import config_hash
 
     check_preset(args.preset)
@@ -45,3 +56,9 @@ def run(args: argparse.Namespace) -> None:
           f"{'default column' if variant is None else f'variant [{variant}]'}; "
           f"config hash {config_hash(key)}")
     print(json.dumps(to_dict(method.config), indent=2, sort_keys=True))
+    problem = config_problem(method.config)
+    if problem is not None:
+        print(f"pcgbench: `run` records this config as invalid, not scored: {problem}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -359,15 +359,20 @@ class BurgersSuiteTask(PcfmSuiteFiles, Task):
         ``[N, 1, nt, nx]``, ``cond`` from :meth:`make_cond`.  The file grid must equal the
         preset's (paper: 101 x 101); a test file must be the sampling set, ``n_groups``
         fixed conditions (first axis) x ``n_per_group`` members."""
+        from pcgbench.dataguard import read_array
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params
         with pf.open_h5(src, self.name, ("u", "ic", "bc", "x", "t")) as f:
             u = f["u"]
             pf.check_shape(u, (None, None, p.nx, p.nt), "u", src, self.name, self.preset)
-            pf.check_span(f["x"][...], p.length, "x", src, self.name)
-            pf.check_span(f["t"][...], p.t_final, "t", src, self.name)
-            vals = {k: np.asarray(f[k][...], dtype=np.float64).reshape(-1) for k in ("ic", "bc")}
+            pf.check_pairs(u, f"{self.name}: 'u' in {str(src)!r}", self.data_notes)
+            pf.check_span(read_array(f["x"], what=f"{self.name}: 'x' in {str(src)!r}"),
+                          p.length, "x", src, self.name)
+            pf.check_span(read_array(f["t"], what=f"{self.name}: 't' in {str(src)!r}"),
+                          p.t_final, "t", src, self.name)
+            vals = {k: read_array(f[k], what=f"{self.name}: {k!r} in {str(src)!r}",
+                                  notes=self.data_notes).reshape(-1) for k in ("ic", "bc")}
             order = self.file_order(src, u, vals)
             a, b = u.shape[:2]
             if split == "test" and (order[0], a, b) != (self.fixed, p.n_groups, p.n_per_group):

@@ -308,9 +308,9 @@ class BurgersTask(Task):
         e.g. a transposed file) is a :class:`PcgError`."""
         import h5py
 
-        path = Path(path)
-        if not path.is_file():
-            raise PcgError(f"Burgers data file {str(path)!r} not found")
+        from pcgbench.dataguard import check_read, read_array, require_file
+
+        path = require_file(Path(path), "Burgers data file")
         p = self.params
         lo, hi = EXTERNAL_SPLITS[split]
         try:
@@ -327,24 +327,30 @@ class BurgersTask(Task):
             if data.ndim != 3:
                 raise PcgError(f"'tensor' in {str(path)!r} must be [N, nt, nx], got {data.shape}")
             n_all, nt_f, nx_f = data.shape
-            self._check_coordinates(f["x-coordinate"][...], f["t-coordinate"][...], nt_f, path,
-                                    nx_f)
-            st, bx = (nt_f - 1) // (p.nt - 1), nx_f // p.nx
+            st, bx = max((nt_f - 1) // (p.nt - 1), 1), nx_f // p.nx
+            size = self._size_seed(split)[0]
+            hi = n_all if hi is None else min(hi, n_all)
+            hi = min(hi, lo + size)
+            rows = (slice(lo, max(hi, lo)), slice(None, None, st))
+            # dtype and size before any value is read (an empty chunked file reads as zeros)
+            what = f"Burgers data file {str(path)!r}: 'tensor'"
+            check_read(data, rows, what=what, dtype=np.float64, notes=self.data_notes)
+            self._check_coordinates(
+                read_array(f["x-coordinate"], what=f"'x-coordinate' of {str(path)!r}"),
+                read_array(f["t-coordinate"], what=f"'t-coordinate' of {str(path)!r}"),
+                nt_f, path, nx_f)
             if (nt_f - 1) % (p.nt - 1) or nx_f % p.nx:
                 raise PcgError(
                     f"Burgers file grid (nt={nt_f}, nx={nx_f}) cannot be reduced by integer "
                     f"factors to the {self.preset} preset grid (nt={p.nt}, nx={p.nx})"
                 )
             self._set_file_viscosity(path, f.attrs.get("Nu"))
-            size = self._size_seed(split)[0]
-            hi = n_all if hi is None else min(hi, n_all)
-            hi = min(hi, lo + size)
             if hi <= lo:
                 raise PcgError(
                     f"Burgers data file {str(path)!r} has {n_all} trajectories; split "
                     f"{split!r} needs indices from {lo}"
                 )
-            x = np.asarray(data[lo:hi, ::st], dtype=np.float64)
+            x = np.asarray(data[rows], dtype=np.float64)
         x = x.reshape(*x.shape[:-1], p.nx, bx).mean(-1)  # block average in x
         if bx > 1:
             self.data_notes["x_reduction"] = (f"file x grid {nx_f} block-averaged by {bx} to "

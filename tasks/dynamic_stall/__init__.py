@@ -205,9 +205,10 @@ class DynamicStallTask(Task):
 
         p = self.params
         name = "dynamic_stall_test.h5" if split == "test" else "dynamic_stall_train.h5"
+        from pcgbench.dataguard import read_array, require_file
+
         file = Path(path) / name if Path(path).is_dir() else Path(path)
-        if not file.is_file():
-            raise PcgError(f"dynamic stall file {str(file)!r} does not exist")
+        require_file(file, "dynamic stall file", "does not exist")
         with h5py.File(file, "r") as f:
             if "fields" not in f or "nominal_condition" not in f:
                 raise PcgError(f"{str(file)!r} lacks 'fields' or 'nominal_condition'")
@@ -219,8 +220,11 @@ class DynamicStallTask(Task):
                 raise PcgError(f"dynamic stall file {str(file)!r} has a {shape[-2]} x {shape[-1]} "
                                f"grid; the {self.preset} preset needs {p.n_time} x {p.n_surf} "
                                "(PBFM's files are 128 x 128: --preset paper)")
-            fields = np.asarray(f["fields"][...], dtype=np.float64)
-            nominal = np.asarray(f["nominal_condition"][...], dtype=np.float64)
+            fields = read_array(f["fields"], what=f"'fields' in {str(file)!r}",
+                                notes=self.data_notes)
+            nominal = read_array(f["nominal_condition"],
+                                 what=f"'nominal_condition' in {str(file)!r}",
+                                 notes=self.data_notes)
         per = shape[1] if len(shape) == 5 else self._file_realizations(nominal.reshape(-1, 4))
         fields = fields.reshape(-1, 8, *shape[-2:])
         nominal = nominal.reshape(-1, 4)

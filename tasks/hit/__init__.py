@@ -176,11 +176,13 @@ def frame_layouts(shape: tuple[int, ...]) -> dict[str, Any]:
 def load_frames(path: Path) -> torch.Tensor:
     """A HIT trajectory from ``path`` (layouts: the module docstring) as float32
     ``[frames, 4, n, n, n]``; the velocity channels must be solenoidal."""
-    path = Path(path)
-    if not path.is_file():
-        raise PcgError(f"HIT data file {str(path)!r} does not exist")
+    from pcgbench.dataguard import check_read, require_file
+
+    path = require_file(Path(path), "HIT data file", "does not exist")
+    what = f"HIT data file {str(path)!r}"
     if path.suffix == ".npy":
         arr = np.load(path, mmap_mode="r")
+        check_read(arr, what=what, dtype=np.float32)  # the float32 copy made below
     else:
         import h5py
 
@@ -190,6 +192,8 @@ def load_frames(path: Path) -> torch.Tensor:
             if key is None:
                 raise PcgError(f"HIT file {str(path)!r} has no dataset 'data' and "
                                f"{len(keys)} datasets ({', '.join(keys[:5])})")
+            # read as stored, then the float32 copy below: both counted
+            check_read(f[key], what=f"{what}: {key!r}", dtype=np.float32)
             arr = f[key][...]
     shape = tuple(arr.shape)
     layouts = frame_layouts(shape) if arr.ndim == 5 else {}

@@ -379,8 +379,9 @@ class KolmogorovTask(Task):
             path = path.with_name("kolmogorov_test.h5")
         elif split != "test" and path.name == "kolmogorov_test.h5":
             path = path.with_name("kolmogorov_train.h5")
-        if not path.is_file():
-            raise PcgError(f"Kolmogorov data file {str(path)!r} not found")
+        from pcgbench.dataguard import read_array, require_file
+
+        require_file(path, "Kolmogorov data file")
         p = self.params
         with h5py.File(path, "r") as f:
             for key in ("fields", "reynolds"):
@@ -390,7 +391,8 @@ class KolmogorovTask(Task):
             if fields.ndim != 5 or fields.shape[2] != 2:
                 raise PcgError(f"'fields' in {str(path)!r} must be [n_re, n_snap, 2, H, W], "
                                f"got {fields.shape}")
-            re = np.asarray(f["reynolds"][...], dtype=np.float64).reshape(-1)
+            re = read_array(f["reynolds"], what=f"'reynolds' in {str(path)!r}",
+                            notes=self.data_notes).reshape(-1)
             n_re, n_snap, _, h, w = fields.shape
             if re.size != n_re:
                 raise PcgError(f"'reynolds' has {re.size} entries for {n_re} conditions")
@@ -403,7 +405,8 @@ class KolmogorovTask(Task):
                 sel = slice(0, min(n_tr, p.traj_train * p.snaps_train))
             else:
                 sel = slice(0, min(n_snap, p.traj_test * p.snaps_test))
-            arr = np.asarray(fields[:, sel], dtype=np.float64)
+            arr = read_array(fields, (slice(None), sel), what=f"'fields' in {str(path)!r}",
+                             notes=self.data_notes)
         x = torch.from_numpy(arr).reshape(-1, 2, h, w)
         head = x[:4]
         frac = dilatational_fraction(head) if len(head) and bool(torch.isfinite(head).all()) \

@@ -221,15 +221,18 @@ class NavierStokesTask(PcfmSuiteFiles, Task):
         snapshot 0 flattened.  The grid must equal the preset's (paper: 64^2 x 50
         snapshots, t = 0..49).  Checked: snapshot 0 equals ``a`` where the file has it,
         and the evaluator on the first rows is not 2x smaller with x and y swapped."""
+        from pcgbench.dataguard import read_array
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params
         with pf.open_h5(src, self.name, ("u",)) as f:
             u = f["u"]
             pf.check_shape(u, (None, None, p.n, p.n, p.nt), "u", src, self.name, self.preset)
+            pf.check_pairs(u, f"{self.name}: 'u' in {str(src)!r}", self.data_notes)
             x = pf.read_pairs(u, (2, 1, 0))  # (x, y, t) -> (t, y, x)
             if "a" in f:
-                a = np.asarray(f["a"][...], dtype=np.float32)
+                a = read_array(f["a"], what=f"{self.name}: 'a' in {str(src)!r}",
+                               dtype=np.float32, notes=self.data_notes)
                 first = x[::u.shape[1], 0, 0].transpose(-1, -2).numpy()  # (y, x) -> (x, y)
                 if a.shape != first.shape or not np.array_equal(a, first):
                     raise PcgError(f"{self.name}: snapshot 0 of u in {str(src)!r} is not its "

@@ -239,14 +239,18 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
         ``cond`` = the initial row (as :meth:`generate`).  Grid and physics must equal
         the preset's (paper: 128 x 100); where the file has ``ic``, the first time slice
         of every row must equal its IC (catches a permuted x/t axis)."""
+        from pcgbench.dataguard import read_array
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params
         with pf.open_h5(src, self.name, ("u", "x", "t")) as f:
             u = f["u"]
             pf.check_shape(u, (None, None, p.nx, p.nt), "u", src, self.name, self.preset)
-            pf.check_span(f["x"][...], 1.0 - 1.0 / p.nx, "x (cell centres)", src, self.name)
-            pf.check_span(f["t"][...], p.dt_save * (p.nt - 1), "t", src, self.name)
+            pf.check_pairs(u, f"{self.name}: 'u' in {str(src)!r}", self.data_notes)
+            pf.check_span(read_array(f["x"], what=f"{self.name}: 'x' in {str(src)!r}"),
+                          1.0 - 1.0 / p.nx, "x (cell centres)", src, self.name)
+            pf.check_span(read_array(f["t"], what=f"{self.name}: 't' in {str(src)!r}"),
+                          p.dt_save * (p.nt - 1), "t", src, self.name)
             for key, want in (("rho", p.rho), ("nu", p.nu)):
                 got = f.attrs.get(key)
                 if got is not None and abs(float(got) - want) > 1e-9 * max(abs(want), 1e-30):
@@ -254,7 +258,8 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
                                    f"the task uses {want:g}")
             x = pf.read_pairs(u, (1, 0))
             if "ic" in f:
-                ic = np.asarray(f["ic"][...], dtype=np.float32)
+                ic = read_array(f["ic"], what=f"{self.name}: 'ic' in {str(src)!r}",
+                                dtype=np.float32, notes=self.data_notes)
                 first = x[::u.shape[1], 0, 0].numpy()
                 if ic.shape != first.shape or not np.array_equal(ic, first):
                     raise PcgError(f"{self.name}: the first time slice of u in {str(src)!r} is "
