@@ -339,7 +339,8 @@ def render(study: Study, res: StageResult, preset: str, fmt: str = "md") -> str:
 
     body = []
     for r in res.rows:
-        body.append([r["candidate"], "failed" if not math.isfinite(r["score"]) else
+        name = r["candidate"] if fmt == "csv" else r["candidate"].replace("|", "\\|")
+        body.append([name, "failed" if not math.isfinite(r["score"]) else
                      f"{r['score']:.3g}"]
                     + [cell(r[f"{t}:wd"]) for t in study.tasks]
                     + [cell(r[f"{t}:energy"]) for t in study.tasks]

@@ -85,7 +85,7 @@ def test_the_record_says_which_draws_trained(dirs):
     base = ["run", "--task", "burgers", "--method", "pmosfm", "--preset", "smoke", "--quiet",
             "--set", "iterations=2"]
     assert main([*base, "--set", "time_pair=logit_normal", "--set", "time_mean=0.4",
-                 "--set", "delta_range=[0.1, 0.1]"]) == 0
+                 "--set", "delta_range=[0.1, 0.1]", "--set", "endpoint_share=0.25"]) == 0
     assert main([*base, "--set", "objective=shortcut", "--set", "diagonal_share=0.5"]) == 2
     (rec,) = [r for r in read_records(dirs / "results") if r["method"] == "pmosfm"]
     assert rec["method_info"]["time_draws"] == (

@@ -33,9 +33,10 @@ class NativeObjective(OneStepObjective):
     spread_term = True
     needs_chart = True
     #: the paper states only 0 <= s < t <= 1 and 0 < delta < t - s (Alg. 2): these draws
-    #: are our choice (docs/protocols.md "Time draws")
-    default_draws = TimeDraws(pair="uniform", endpoint_share=0.25, diagonal_share=0.0,
-                              delta=(0.01, 0.1))
+    #: were selected on the val split by ``pcgbench tune pmosfm_time_draws`` (18
+    #: candidates, burgers/darcy/kolmogorov, seeds 0-2; docs/protocols.md "Time draws")
+    default_draws = TimeDraws(pair="logit_normal", mean=0.4, std=1.0, endpoint_share=0.0,
+                              diagonal_share=0.0, delta=(0.1, 0.1))
 
     def __init__(self, host: PMosFM):
         super().__init__(host)
