@@ -211,7 +211,11 @@ def test_native_default_trains_as_before(task, changes, losses, abs_sum, sq_sum)
     torch.manual_seed(0)
     # the optimization recipe of that time: constant lr, no EMA
     old_recipe = dict(lr_schedule="constant", warmup=0, ema_decay=0.0)
-    m = PMosFM(task, PMosFMTunedConfig.for_preset("smoke").replace(**old_recipe, **changes))
+    # the native time draws of that time (PMosFM version < 4; now chosen on val data)
+    old_draws = dict(time_pair="uniform", endpoint_share=0.25, diagonal_share=0.0,
+                     delta_range=(0.01, 0.1))
+    m = PMosFM(task, PMosFMTunedConfig.for_preset("smoke").replace(
+        **old_recipe, **{**old_draws, **changes}))
     assert m.config.objective == "native"
     stats = m.fit(task.dataset("train"), progress=False)
     assert stats.losses == pytest.approx([float.fromhex(v) for v in losses], rel=GOLDEN_RTOL)
