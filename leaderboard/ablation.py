@@ -19,7 +19,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,21 @@ from pcgbench.registry import TASKS
 
 
 @dataclass(frozen=True)
+class SharedChange:
+    """Config changes applied to every column of an ablation (its runs form one more
+    table, titled by them): ``pcgbench sweep --ablation NAME --ablation-change CHANGE``.
+    ``assignments`` builds the ``--set`` fields (lazily: registries load on use);
+    ``default_has``: the default column already runs with exactly these (e.g. native's own
+    time draws), so its default runs fill that column of the table and no identical model
+    is fitted twice; columns whose config refuses the fields are left out."""
+
+    name: str
+    description: str
+    assignments: Callable[[], dict[str, Any]]
+    default_has: bool = False
+
+
+@dataclass(frozen=True)
 class AblationLayout:
     """One ablation table: the method (and its name in the paper) and the config field
     it varies (and that field's default), the metric shown, the benchmarks (our task,
@@ -60,30 +75,81 @@ class AblationLayout:
     benchmarks: tuple[tuple[str, str, str], ...]
     values: tuple[str, ...]
     reported: tuple[str, str]
+    changes: tuple[SharedChange, ...] = ()
 
-    def method_specs(self) -> list[str]:
+    def change(self, name: str) -> SharedChange:
+        """The shared change called ``name`` (one line naming the others otherwise)."""
+        for change in self.changes:
+            if change.name == name:
+                return change
+        known = ", ".join(c.name for c in self.changes) or "none"
+        raise PcgError(f"ablation column change {name!r} unknown; available: {known}")
+
+    def method_specs(self, change: str | None = None) -> list[str]:
         """The runs of the table's columns as ``pcgbench sweep`` methods, in column order:
-        the method itself for the default, ``METHOD:FIELD=VALUE`` for the others; values
-        the method's config refuses (e.g. an unregistered objective, shown from the paper
-        only) are left out."""
+        the method itself for the default, ``METHOD:FIELD=VALUE`` for the others, each with
+        the shared ``change``'s fields where one is named; columns the method's config
+        refuses (e.g. an unregistered objective, shown from the paper only, or time draws
+        for an objective that draws no times) are left out."""
         from pcgbench.config import apply_overrides, check_config
         from pcgbench.registry import METHODS
 
+        shared = self.change(change) if change is not None else None
+        extra = shared.assignments() if shared is not None else {}
         method_cls = METHODS.get(self.method)
         config = method_cls.Config.for_preset("smoke")
         specs = []
         for value in self.values:
-            if value == self.default:
+            if value == self.default and (shared is None or shared.default_has):
                 specs.append(self.method)
                 continue
+            fields = {**({} if value == self.default else {self.field: value}), **extra}
             try:
-                changed = apply_overrides(config, {self.field: value})
+                changed = apply_overrides(config, fields)
                 check_config(changed)
                 method_cls.validate_config(changed)
             except PcgError:
                 continue
-            specs.append(f"{self.method}:{self.field}={value}")
+            specs.append(f"{self.method}:" + ",".join(f"{k}={_spec_value(v)}"
+                                                      for k, v in fields.items()))
         return specs
+
+    def borrowing_change(self, rest: str | None) -> SharedChange | None:
+        """The shared change with ``default_has`` whose fields are exactly a group's other
+        changes ``rest`` (a record's variant label without the ablated field), if any."""
+        if not rest:
+            return None
+        from pcgbench.config import parse_assignments
+
+        try:
+            given = parse_assignments(_ITEM.split(rest))
+        except PcgError:
+            return None
+        for change in self.changes:
+            if change.default_has and _same(given, change.assignments()):
+                return change
+        return None
+
+
+def _spec_value(value: Any) -> str:
+    """A ``--set`` value as a ``METHOD:key=value`` spec writes it (strings bare)."""
+    return value if isinstance(value, str) else repr(value)
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal assignments, lists and tuples alike, 0 and 0.0 alike."""
+    def norm(v: Any) -> Any:
+        return [norm(x) for x in v] if isinstance(v, list | tuple) else v
+    return a.keys() == b.keys() and all(norm(a[k]) == norm(b[k]) for k in a)
+
+
+def _native_draws() -> dict[str, Any]:
+    """Native's chosen time draws as config fields (docs/protocols.md "Time draws")."""
+    from pcgbench.methods.onestep import OBJECTIVES
+
+    draws = OBJECTIVES.get("native").default_draws
+    assert draws is not None
+    return draws.as_config()
 
 
 def _one_step() -> AblationLayout:
@@ -99,7 +165,11 @@ def _one_step() -> AblationLayout:
                     ("kf_generation", "KF Generation", "kf_generation"),
                     ("hit_reconstruction", "Turbulence Reconstruction", "hit_reconstruction"),
                     ("hit_forecasting", "Turbulence Forecasting", "hit_forecasting")),
-        values=PAPER_ORDER, reported=("one_step_ablation_energy_distance", "energy_distance"))
+        values=PAPER_ORDER, reported=("one_step_ablation_energy_distance", "energy_distance"),
+        changes=(SharedChange(
+            "native_draws", "every objective that draws (s, t) takes the time draws chosen "
+            "for native (docs/protocols.md 'Time draws')", _native_draws,
+            default_has=True),))
 
 
 ABLATIONS = {"one_step": _one_step}
@@ -180,6 +250,12 @@ def collect(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
                 if isinstance(v, int | float) and math.isfinite(v)]
         if vals:
             out[(p, kind, rest)][(task, value)] = vals
+    for (p, kind, rest), cells in list(out.items()):
+        if layout.borrowing_change(rest) is None:
+            continue
+        for (task, value), vals in out.get((p, kind, None), {}).items():
+            if value == layout.default:  # the same model: its default runs
+                cells.setdefault((task, value), vals)
     return out
 
 
@@ -399,6 +475,10 @@ def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = 
                              + ["data (reference)"]],
                          tablefmt=tablefmt, disable_numparse=True)
         notes = [captions[group]] if captions.get(group) else []
+        if (borrowed := layout.borrowing_change(rest)) is not None:
+            notes.append(f"Also {borrowed.name}: {borrowed.description}; "
+                         f"{layout.method_label}-{column_label(layout.default)} shows its "
+                         f"default runs (the same configuration).")
         notes.append(f"data (reference): real data scored like a generator against the "
                      f"test split: test-sized draws of the training split (mean ± spread; "
                      f"the floor of {layout.metric}: a cell near it has learned the data as "

@@ -12,7 +12,7 @@ import torch
 from conftest import read_records
 
 from pcgbench.cli import main
-from pcgbench.errors import UnknownNameError
+from pcgbench.errors import PcgError, UnknownNameError
 from pcgbench.methods.onestep import OBJECTIVES, PAPER_ORDER, UNREGISTERED
 from pcgbench.methods.onestep.base import PathBatch, velocity_jvp
 from pcgbench.methods.pmosfm import PMosFM, PMosFMConfig, PMosFMTunedConfig
@@ -404,3 +404,51 @@ def test_the_ablation_shows_the_datas_own_score_beside_the_objectives():
     assert row["data (reference)"] == "–"
     csv = render_ablation(records, "one_step", fmt="csv", reported=False)
     assert "Burgers,data (reference),energy,0.36,0.17,,data" in csv
+
+
+def test_the_native_draws_change_gives_each_drawing_objective_natives_draws():
+    """``sweep --ablation one_step --ablation-change native_draws``: every objective that
+    draws (s, t) runs with native's chosen draws, native itself is its default run (no
+    identical refit), objectives that draw no times are left out; each spec is a config
+    whose draws are native's."""
+    from pcgbench.config import apply_overrides, parse_assignments, split_assignments
+    from pcgbench.leaderboard.ablation import ablation_layout
+    from pcgbench.methods.onestep import OBJECTIVES
+
+    layout = ablation_layout("one_step")
+    specs = layout.method_specs("native_draws")
+    assert "pmosfm" in specs
+    drawing = {n for n in OBJECTIVES.names() if OBJECTIVES.get(n).default_draws is not None}
+    named = {s.split("objective=")[1].split(",")[0] for s in specs if "objective=" in s}
+    assert named == drawing - {"native"}
+    native = OBJECTIVES.get("native").default_draws
+    base = PMosFM.Config.for_preset("smoke")
+    for spec in (s for s in specs if s != "pmosfm"):
+        fields = parse_assignments(split_assignments(spec.split(":", 1)[1]))
+        config = apply_overrides(base, fields)
+        draws = OBJECTIVES.get(config.objective).default_draws.with_config(config)
+        assert draws == native, spec
+    assert not any("time_pair" in s for s in layout.method_specs())  # the own-draws table
+    with pytest.raises(PcgError, match="unknown; available: native_draws"):
+        layout.method_specs("nope")
+
+
+def test_the_native_draws_table_shows_natives_default_runs_in_its_column():
+    from pcgbench.leaderboard.ablation import ablation_layout, render_ablation
+
+    fields = ablation_layout("one_step").change("native_draws").assignments()
+    label = ",".join(f"{k}={v}" for k, v in sorted(fields.items()))
+    soflow = {**_ablation_record("soflow", 0.5), "variant": f"{label},objective=soflow"}
+    out = render_ablation([_ablation_record("native", 0.9), _ablation_record("soflow", 0.4),
+                           soflow], "one_step", reported=False)
+    rows = _rows(out)
+    assert len(rows) == 2  # the default table and the native-draws one
+    assert [r["PMosFM-native"] for r in rows] == ["0.9", "0.9"]
+    assert sorted(r["PMosFM-SoFlow"] for r in rows) == ["0.4", "0.5"]
+    assert "also " + label.replace("_", "\\_") in out or f"also {label}" in out
+    assert "PMosFM-native shows its default runs" in out
+    # another change is not native's draws: no borrowed column there
+    other = {**_ablation_record("soflow", 0.5), "variant": "iterations=3,objective=soflow"}
+    rows = _rows(render_ablation([_ablation_record("native", 0.9), other], "one_step",
+                                 reported=False))
+    assert [r.get("PMosFM-native") for r in rows] == ["0.9", None]

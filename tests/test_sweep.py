@@ -209,3 +209,14 @@ def test_the_ablation_sweep_runs_each_registered_objective(dirs, capsys):
     out = capsys.readouterr().out
     assert "7 task(s) x 6 method(s) x 1 seed(s): 42 run(s) to do" in out
     assert "dynamic_stall/pmosfm:objective=drifting seed 0" in out
+
+
+def test_the_ablation_change_plans_natives_draws_for_the_drawing_objectives(dirs, capsys):
+    assert main(["sweep", "--ablation", "one_step", "--ablation-change", "native_draws",
+                 "--preset", "smoke", "--tasks", "burgers", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "1 task(s) x 4 method(s) x 1 seed(s): 4 run(s) to do" in out
+    assert "objective=soflow,time_pair=logit_normal,time_mean=0.4" in out
+    assert "objective=shortcut" not in out and "objective=drifting" not in out
+    assert main(["sweep", "--ablation-change", "native_draws", "--dry-run"]) == 2
+    assert "--ablation-change needs --ablation" in capsys.readouterr().err

@@ -88,6 +88,13 @@ class TimeDraws:
         return (f"{pair}, endpoint {self.endpoint_share:g}, diagonal "
                 f"{self.diagonal_share:g}, delta/(t-s) {law}")
 
+    def as_config(self) -> dict[str, Any]:
+        """These draws as the config's time fields (``TIME_FIELDS``; ``delta_range`` a
+        list, as ``--set`` and records write it): the inverse of :meth:`with_config`."""
+        values = {key: getattr(self, attr) for key, attr in TIME_FIELDS.items()}
+        values["delta_range"] = [float(v) for v in self.delta]
+        return values
+
     def with_config(self, config: Any) -> TimeDraws:
         """These draws with every time field the config sets (not None) in place."""
         changes = {attr: getattr(config, key) for key, attr in TIME_FIELDS.items()

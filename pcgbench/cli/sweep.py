@@ -28,6 +28,10 @@ def add_parser(sub: typing.Any) -> None:
                    help="the runs of an ablation table (one_step: pmosfm with each "
                    "registered one-step objective; default tasks: the table's benchmarks), "
                    "then that table")
+    p.add_argument("--ablation-change", default=None, metavar="CHANGE",
+                   help="with --ablation: the same config change in every column (its own "
+                   "table), e.g. one_step's native_draws: each objective that draws (s, t) "
+                   "with the time draws chosen for native")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--preset", default=None,
                    help=f"one of {', '.join(PRESETS)} (default: gpu where --device resolves "
@@ -67,11 +71,13 @@ def run(args: argparse.Namespace) -> int:
     if args.max_parallel < 1:
         raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")
     layout = None
+    if args.ablation_change is not None and args.ablation is None:
+        raise PcgError("--ablation-change needs --ablation")
     if args.ablation is not None:
         from pcgbench.leaderboard.ablation import ablation_layout
 
         layout = ablation_layout(args.ablation)
-        args.methods = layout.method_specs()
+        args.methods = layout.method_specs(args.ablation_change)
         args.tasks = args.tasks or [t for t, _, _ in layout.benchmarks]
     tasks = args.tasks or TASKS.names()
     methods = args.methods or METHODS.names()
