@@ -39,3 +39,26 @@ def dirs(tmp_path, monkeypatch):
 def read_records(root: Path) -> list[dict]:
     """Every run record under ``root/records``."""
     return [json.loads(p.read_text()) for p in sorted((root / "records").rglob("*.json"))]
+
+
+def cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    """``pcgbench ARGV`` in this process: (exit code, stdout, stderr), argparse's exits
+    included."""
+    from pcgbench.cli import main
+
+    capsys.readouterr()
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse
+        rc = exc.code
+    got = capsys.readouterr()
+    return rc, got.out, got.err
+
+
+def assert_clean_error(rc: int, err: str, needle: str) -> None:
+    """A bad input's error: exit 2, one line naming ``needle``, no traceback, no colour."""
+    line = err.strip()
+    assert rc == 2, (rc, line)
+    assert "Traceback" not in line and len(line.splitlines()) == 1, line
+    assert needle in line, (needle, line)
+    assert "\x1b" not in line

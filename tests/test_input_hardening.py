@@ -15,9 +15,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import read_records
+from conftest import assert_clean_error, cli, read_records
 
-from pcgbench.cli import main
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats
 from pcgbench.methods.fm_ot import FMOT
@@ -31,23 +30,6 @@ SHOW = ["show-config", "--task", "burgers", "--method", "fm_ot", "--preset", "sm
 
 
 # -- helpers --------------------------------------------------------------------------------
-def cli(capsys, argv: list[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main(argv)
-    except SystemExit as exc:  # argparse
-        rc = exc.code
-    got = capsys.readouterr()
-    return rc, got.out, got.err
-
-
-def assert_clean_error(rc: int, err: str, needle: str) -> None:
-    line = err.strip()
-    assert rc == 2, (rc, line)
-    assert "Traceback" not in line and len(line.splitlines()) == 1, line
-    assert needle in line, (needle, line)
-
-
 def kol_fields(seed: int, n_snap: int = 12) -> np.ndarray:
     """Divergence-free ``[3, n_snap, 2, 16, 16]`` velocities (PBFM's Kolmogorov layout)."""
     from pcgbench.charts.streamfunction import spectral_wavenumbers
