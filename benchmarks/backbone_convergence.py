@@ -174,6 +174,26 @@ def save_samples(save_dir: str, row: dict, samples: torch.Tensor, test) -> None:
     print(f"samples: {path}", flush=True)
 
 
+def first_within(rows: list[dict], ratio: float = 2.0) -> list[dict]:
+    """Per (task, backbone): the first checkpoint whose WD / floor (and energy / floor,
+    where scored) is <= ``ratio`` -- the updates to reach it, or "not by N" (N the last
+    checkpoint).  Checkpoints before the last are mid-schedule under a decaying lr."""
+    out: dict[tuple[str, str], dict] = {}
+    for row in sorted(rows, key=lambda r: r["updates"]):
+        key = (row["task"], row["backbone"])
+        ratios = {"wd": row.get("wd / floor")}
+        if row.get("energy") is not None and row.get("energy floor"):
+            ratios["energy"] = row["energy"] / row["energy floor"]
+        entry = out.setdefault(key, {"task": key[0], "backbone": key[1]})
+        for name, r in ratios.items():
+            label = f"{name} <= {ratio:g}x at"
+            if entry.get(label, "").isdigit():
+                continue
+            entry[label] = (str(row["updates"]) if r is not None and r <= ratio
+                            else f"not by {row['updates']}")
+    return list(out.values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=None)
@@ -213,6 +233,8 @@ def main() -> None:
                       args.save_samples)
     print()
     print(tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
+    print()
+    print(tabulate(first_within(rows), headers="keys", tablefmt="github"))
 
 
 if __name__ == "__main__":

@@ -165,3 +165,21 @@ def test_convergence_benchmark_saves_the_samples_it_scores(tmp_path):
     with h5py.File(tmp_path / "s" / files[1]) as h:
         assert h["samples"].shape == h["reference"].shape
         assert torch.isfinite(torch.from_numpy(h["samples"][:])).all()
+
+
+def test_convergence_benchmark_says_when_each_ratio_first_reaches_2x():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "backbone_convergence.py"
+    spec = importlib.util.spec_from_file_location("backbone_convergence", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [{"task": "t", "backbone": "b", "updates": k, "wd / floor": w, "energy": e,
+             "energy floor": 1.0} for k, w, e in ((750, 3.0, 1.5), (1500, 1.9, 2.5),
+                                                  (3000, 2.5, 1.0))]
+    (got,) = mod.first_within(rows)
+    assert got["wd <= 2x at"] == "1500"  # the first checkpoint within, even if later not
+    assert got["energy <= 2x at"] == "750"
+    (never,) = mod.first_within([{**r, "wd / floor": 9.0} for r in rows])
+    assert never["wd <= 2x at"] == "not by 3000"
