@@ -178,20 +178,25 @@ def first_within(rows: list[dict], ratio: float = 2.0) -> list[dict]:
     """Per (task, backbone): the first checkpoint whose WD / floor (and energy / floor,
     where scored) is <= ``ratio`` -- the updates to reach it, or "not by N" (N the last
     checkpoint).  Checkpoints before the last are mid-schedule under a decaying lr."""
-    out: dict[tuple[str, str], dict] = {}
+    def energy_ratio(row: dict) -> float | None:
+        floor = row.get("energy floor")
+        return row["energy"] / floor if row.get("energy") is not None and floor else None
+
+    groups: dict[tuple[str, str], list[dict]] = {}
     for row in sorted(rows, key=lambda r: r["updates"]):
-        key = (row["task"], row["backbone"])
-        ratios = {"wd": row.get("wd / floor")}
-        if row.get("energy") is not None and row.get("energy floor"):
-            ratios["energy"] = row["energy"] / row["energy floor"]
-        entry = out.setdefault(key, {"task": key[0], "backbone": key[1]})
-        for name, r in ratios.items():
-            label = f"{name} <= {ratio:g}x at"
-            if entry.get(label, "").isdigit():
-                continue
-            entry[label] = (str(row["updates"]) if r is not None and r <= ratio
-                            else f"not by {row['updates']}")
-    return list(out.values())
+        groups.setdefault((row["task"], row["backbone"]), []).append(row)
+    out = []
+    for (task, backbone), curve in groups.items():
+        entry = {"task": task, "backbone": backbone}
+        for name, of in (("wd", lambda r: r.get("wd / floor")), ("energy", energy_ratio)):
+            values = [(r["updates"], of(r)) for r in curve]
+            if all(v is None for _, v in values):
+                continue  # not scored on this task
+            hits = [k for k, v in values if v is not None and v <= ratio]
+            entry[f"{name} <= {ratio:g}x at"] = (str(hits[0]) if hits
+                                                 else f"not by {curve[-1]['updates']}")
+        out.append(entry)
+    return out
 
 
 def main() -> None:

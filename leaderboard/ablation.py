@@ -110,8 +110,8 @@ class AblationLayout:
                 method_cls.validate_config(changed)
             except PcgError:
                 continue
-            specs.append(f"{self.method}:" + ",".join(f"{k}={_spec_value(v)}"
-                                                      for k, v in fields.items()))
+            # str(): bare strings, Python literals otherwise (as --set parses them)
+            specs.append(f"{self.method}:" + ",".join(f"{k}={v}" for k, v in fields.items()))
         return specs
 
     def borrowing_change(self, rest: str | None) -> SharedChange | None:
@@ -129,11 +129,6 @@ class AblationLayout:
             if change.default_has and _same(given, change.assignments()):
                 return change
         return None
-
-
-def _spec_value(value: Any) -> str:
-    """A ``--set`` value as a ``METHOD:key=value`` spec writes it (strings bare)."""
-    return value if isinstance(value, str) else repr(value)
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
