@@ -28,7 +28,7 @@ from pcgbench.runner import evaluate
 def former_mmd(samples: torch.Tensor, reference: torch.Tensor) -> float:
     """The MMD as computed before (median over the pooled distances, then the xx, yy and
     xy distances again): timing and value reference only."""
-    from pcgbench.metrics.moments import _pair_dists
+    from pcgbench.metrics.moments import pair_dists
     from pcgbench.metrics.spectral import median_bandwidth
 
     x = samples[:1000].to(torch.float64).flatten(1)
@@ -37,23 +37,23 @@ def former_mmd(samples: torch.Tensor, reference: torch.Tensor) -> float:
     g = 1.0 / (2.0 * sigma * sigma)
 
     def kmean(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.exp(-g * _pair_dists(a, b) ** 2).mean()
+        return torch.exp(-g * pair_dists(a, b) ** 2).mean()
 
     return max(0.0, float(kmean(x, x) + kmean(y, y) - 2.0 * kmean(x, y)))
 
 
 def former_pooled(samples: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """The pooled distance matrix from three Gram blocks (xx, xy, yy)."""
-    from pcgbench.metrics.moments import ENERGY_MAX_SAMPLES, _pair_dists
+    from pcgbench.metrics.moments import ENERGY_MAX_SAMPLES, pair_dists
 
     x = samples[:ENERGY_MAX_SAMPLES].to(torch.float64).flatten(1)
     y = reference[:ENERGY_MAX_SAMPLES].to(torch.float64).flatten(1)
     z = torch.cat([x, y])
     z = z - z.mean(dim=0)
     x, y = z[: x.shape[0]], z[x.shape[0]:]
-    dxy = _pair_dists(x, y)
-    d = torch.cat([torch.cat([_pair_dists(x, x), dxy], 1),
-                   torch.cat([dxy.T, _pair_dists(y, y)], 1)])
+    dxy = pair_dists(x, y)
+    d = torch.cat([torch.cat([pair_dists(x, x), dxy], 1),
+                   torch.cat([dxy.T, pair_dists(y, y)], 1)])
     return d.fill_diagonal_(0.0)
 
 

@@ -33,15 +33,8 @@ from tabulate import tabulate
 
 from pcgbench import environment
 from pcgbench.config import parse_method_spec
-from pcgbench.runner import (
-    RunOptions,
-    _fit_or_load,
-    _paths,
-    build_method,
-    build_task,
-    run_context,
-    run_key,
-)
+from pcgbench.fitting import fit
+from pcgbench.plan import RunOptions, resolve
 from pcgbench.storage import results_dir
 from pcgbench.timing import synchronize
 
@@ -70,15 +63,14 @@ def main() -> None:
         opts = RunOptions(task=args.task, method=method_name, seed=args.seed,
                           preset=args.preset, device=str(device), results_dir=args.results,
                           progress=True, overrides=overrides)
-        task = build_task(opts)
-        method = build_method(task, opts, device)
-        # as in a run: a sampling-time method's backbone is reused from --results
-        method.context = run_context(opts)
-        _, ckpt = _paths(results_dir(args.results), run_key(task, method, opts, device), None,
-                         method.config)
-        method, _, reused = _fit_or_load(method, task, ckpt, opts, device)
-        print(f"{name}: checkpoint {'reused' if reused else 'fitted'} ({ckpt})")
-        loaded[name] = method
+        # as in a run: the run's checkpoint (a sampling-time method's backbone reused
+        # from --results), fitted here where there is none
+        plan = resolve(opts)
+        fitted = fit(plan)
+        task = plan.task
+        print(f"{name}: checkpoint {'reused' if fitted.reused else 'fitted'} "
+              f"({fitted.checkpoint})")
+        loaded[name] = fitted.method
 
     b = args.batch_size
     # conditioned tasks sample at the test split's first b conditions (the runner's own

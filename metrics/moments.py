@@ -85,7 +85,7 @@ def _by_cond(ctx: MetricContext) -> bool:
     return bool(getattr(ctx.task, "group_statistics_by_cond", False))  # None in some tests
 
 
-def _pair_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def pair_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Euclidean distances [len(a), len(b)] via |a-b|^2 = |a|^2 + |b|^2 - 2 a.b; pairs
     whose Gram value is within cancellation error of 0 (at most ENERGY_REFINE of them)
     are recomputed directly, so coincident fields get exactly 0."""
@@ -100,7 +100,7 @@ def _pair_dists(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _symmetric_pair_dists(z: torch.Tensor, block: int = 256) -> torch.Tensor:
-    """:func:`_pair_dists` ``(z, z)`` with each Gram product above the diagonal computed
+    """:func:`pair_dists` ``(z, z)`` with each Gram product above the diagonal computed
     once (one GEMM per block of ``block`` rows against the rows from it on, then
     mirrored: ~55 % of the full product for 2,000 rows), the same cancellation refinement
     of near-coincident pairs, exactly symmetric."""

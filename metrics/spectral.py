@@ -12,7 +12,7 @@ from pcgbench.registry import METRICS
 from pcgbench.task import implements
 
 from .distribution import check_pair, finite_rows
-from .moments import ENERGY_MAX_SAMPLES, _pair_dists, pooled_distances
+from .moments import ENERGY_MAX_SAMPLES, pair_dists, pooled_distances
 from .residual import residual_error
 
 MMD_MAX_SAMPLES = ENERGY_MAX_SAMPLES  # first 1000 samples of each set (shared matrix)
@@ -91,7 +91,7 @@ def median_bandwidth(z: torch.Tensor) -> float:
     rows of z; 1.0 if that median is 0 or there is a single row."""
     if z.shape[0] < 2:
         return 1.0
-    d = _pair_dists(z, z)
+    d = pair_dists(z, z)
     iu = torch.triu_indices(z.shape[0], z.shape[0], offset=1)
     med = float(d[iu[0], iu[1]].median())
     return med if med > 0 else 1.0

@@ -23,7 +23,7 @@ from pcgbench.charts.geometry import (  # noqa: F401 - re-exported: C_c lives wi
     FourierDiagonalGeometry,
     Geometry,
     IdentityGeometry,
-    _Resizable,
+    Resizable,
 )
 from pcgbench.errors import PcgError
 
@@ -116,7 +116,7 @@ _MODES = ("full", "diagonal", "none")
 _SINGLE, _GROUPS, _BINS = 0, 1, 2
 
 
-class InputWhitening(_Resizable):
+class InputWhitening(Resizable):
     """Input preconditioner P_s (r - m_s), P_s = (Sigma_s + eps I)^-1/2 (paper Eq.
     input-preconditioner), for r_s = (1-s) r0 + s r1 with r0 ~ N(0, I) independent of r1.
 

@@ -299,10 +299,17 @@ def metric_out_of_range(rec: Mapping[str, Any]) -> str | None:
         if cls is None or not isinstance(value, _NUM) or not math.isfinite(value):
             continue
         lo, hi = getattr(cls, "bounds", (-math.inf, math.inf))
-        tol = 1e-9 * max(1.0, *(abs(b) for b in (lo, hi) if math.isfinite(b)))
-        if not lo - tol <= value <= hi + tol:
+        if not within_bounds(value, (lo, hi)):
             return f"metric {name} = {value:.6g} is outside its range [{lo:g}, {hi:g}]"
     return None
+
+
+def within_bounds(value: float, bounds: tuple[float, float]) -> bool:
+    """``value`` within a metric's declared ``bounds`` up to a relative 1e-9 (of the larger
+    finite bound, at least 1): the one tolerance the writer and the reader of a record use."""
+    lo, hi = bounds
+    tol = 1e-9 * max(1.0, *(abs(b) for b in (lo, hi) if math.isfinite(b)))
+    return lo - tol <= value <= hi + tol
 
 
 def record_digest(record: Mapping[str, Any]) -> str:

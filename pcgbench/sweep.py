@@ -28,8 +28,8 @@ import torch
 
 from pcgbench.config import parse_method_spec
 from pcgbench.errors import PcgError
+from pcgbench.plan import RunOptions, build_task, method_config, resolve
 from pcgbench.registry import METHODS, TASKS, load_plugin
-from pcgbench.runner import RunOptions, build_task, method_config, planned_method, record_path
 
 EXECUTORS = ("local", "slurm", "debug")
 #: the sweep's process id, inherited by its jobs (a job in the same process is in-process)
@@ -128,8 +128,8 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
             if specs[method][1]:  # a bad override is one error now, not one per job
                 method_config(task, options(task_name, method, seeds[0]))
             try:  # planning runs no solver (the data stage does)
-                base = planned_method(task, options(task_name, method, seeds[0])
-                                      ).pretrained_name()
+                base = resolve(options(task_name, method, seeds[0]), planning=True,
+                               task=task).method.pretrained_name()
             except PcgError as exc:  # e.g. a backbone too large for this machine's memory
                 unplanned.append(f"{task_name}/{method}: {exc}")
                 continue
@@ -141,7 +141,7 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 opts = options(task_name, method, seed)
                 label = f"{task_name}/{method} seed {seed}"
                 try:
-                    recorded = record_path(opts).exists()
+                    recorded = resolve(opts, planning=True).record_path.exists()
                 except PcgError as exc:
                     note = f"{task_name}/{method}: {exc}"
                     if note not in unplanned:

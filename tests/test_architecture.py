@@ -121,3 +121,46 @@ def test_tasks_methods_and_metrics_do_not_import_each_other_sideways():
     bad = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
                  if layer(a) in LEAVES and layer(b) in LEAVES and layer(a) != layer(b))
     assert bad == []
+
+
+def private_imports(root: Path = ROOT) -> list[str]:
+    """``from <module> import _name`` of another module's private name (a module whose
+    own name starts with ``_``, such as ``pcgbench.tasks._pcfm_files``, is a package's
+    internal module and may be imported by name), in the source tree and benchmarks/
+    (tests may reach into what they test)."""
+    known = modules()
+    found = []
+    folders = [*PACKAGES, "benchmarks"]
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                base = node.module or ""
+                if node.level:
+                    mod = next((n for n, p in known.items() if p == path), "")
+                    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+                    for _ in range(node.level - 1):
+                        package = package.rsplit(".", 1)[0]
+                    base = f"{package}.{base}" if base else package
+                if base.split(".")[0] != "pcgbench":
+                    continue
+                for alias in node.names:
+                    name = alias.name
+                    if (name.startswith("_") and not name.startswith("__")
+                            and f"{base}.{name}" not in known):
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: "
+                                     f"from {base} import {name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    assert private_imports() == []
+
+
+def test_the_private_import_finder_finds_one(tmp_path):
+    (tmp_path / "pcgbench").mkdir()
+    (tmp_path / "pcgbench" / "a.py").write_text("from pcgbench.b import _hidden, shown\n")
+    for folder in [*PACKAGES, "benchmarks"]:
+        (tmp_path / folder).mkdir(exist_ok=True)
+    assert private_imports(tmp_path) == ["pcgbench/a.py:1: from pcgbench.b import _hidden"]

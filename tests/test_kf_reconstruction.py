@@ -229,11 +229,12 @@ def test_reconstruction_metrics_use_the_ensemble_mean_per_condition():
 # -- smoke runs through the runner -------------------------------------------------------------
 @pytest.mark.parametrize("method,nfe", [("fm_ot", 20), ("pmosfm", 1)])
 def test_runner_smoke(task, data_dir, tmp_path_factory, monkeypatch, method, nfe):
-    from pcgbench import runner
+    from pcgbench import plan
+    from pcgbench.registry import TASKS
     from pcgbench.runner import RunOptions, run
 
-    assert runner.TASKS.get("kf_reconstruction") is KFReconstructionTask
-    monkeypatch.setattr(runner, "build_task", lambda opts: task)  # the TINY-data task
+    assert TASKS.get("kf_reconstruction") is KFReconstructionTask
+    monkeypatch.setattr(plan, "build_task", lambda opts: task)  # the TINY-data task
     results = tmp_path_factory.getbasetemp() / "kfr-results"
     opts = RunOptions(task="kf_reconstruction", method=method, preset="smoke",
                       results_dir=str(results), data_dir=str(data_dir), progress=False,

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from pcgbench.errors import PcgError
 
 
-class _Resizable(nn.Module):
+class Resizable(nn.Module):
     """Loads buffers of any shape (statistics are sized at fit time)."""
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
@@ -30,7 +30,7 @@ class _Resizable(nn.Module):
 # ----------------------------------------------------------------------------------
 # Geometric preconditioner C_c
 # ----------------------------------------------------------------------------------
-class Geometry(_Resizable):
+class Geometry(Resizable):
     """r = C (y - mu), y = mu + C^{-1} r (paper Eq. preconditioned-coordinate)."""
 
     def __init__(self, mu: Tensor | None = None):

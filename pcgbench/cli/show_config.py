@@ -33,25 +33,18 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from pcgbench.config import parse_assignments, to_dict
+    from pcgbench.evaluation import config_problem
+    from pcgbench.plan import RunOptions, resolve, run_key
     from pcgbench.presets import check_preset
-    from pcgbench.runner import (
-        RunOptions,
-        build_method,
-        build_task,
-        config_problem,
-        run_key,
-        variant_label,
-    )
     from pcgbench.storage import config_hash
 
     check_preset(args.preset)
     opts = RunOptions(task=args.task, method=args.method, preset=args.preset,
                       overrides=parse_assignments(args.set), chart=args.chart,
-                      progress=False)
-    task = build_task(opts)
-    method = build_method(task, opts, torch.device("cpu"))
-    key = run_key(task, method, opts, torch.device(args.device))
-    variant = variant_label(task, method, opts)
+                      progress=False, device="cpu")
+    plan = resolve(opts)  # built on the CPU; the identity names the asked --device
+    method, variant = plan.method, plan.variant
+    key = run_key(plan.task, method, opts, torch.device(args.device))
     print(f"# {args.task}/{args.method} preset {args.preset}: "
           f"{'default column' if variant is None else f'variant [{variant}]'}; "
           f"config hash {config_hash(key)}")

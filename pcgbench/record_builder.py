@@ -1,0 +1,221 @@
+"""Run records out: the one place a record is built (from a plan and what its stages
+returned), checked, sealed and written, and read back for reuse.  The schema both sides
+share is :class:`pcgbench.record.RunRecord`'s; the metric-bounds tolerance is
+:func:`pcgbench.record.within_bounds`."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pcgbench import environment, threads
+from pcgbench.errors import PcgError
+from pcgbench.evaluation import Evaluation, metric_value, reference_metrics
+from pcgbench.fitting import Fitted
+from pcgbench.guard import deadline_check
+from pcgbench.measure import Sampled
+from pcgbench.network import parameter_count
+from pcgbench.plan import (
+    RECORD_VERSION,
+    RunOptions,
+    RunPlan,
+    code_versions,
+    data_label,
+    result_paths,
+    with_versions,
+)
+from pcgbench.record import RecordError, RunRecord, seal_record
+from pcgbench.registry import METRICS
+from pcgbench.storage import atomic_write_json, config_hash, ensure_writable
+from pcgbench.storage import results_dir as default_results_dir
+from pcgbench.task import Task
+from pcgbench.timing import median_after_warmup
+
+
+@dataclass(frozen=True)
+class Clock:
+    """When a run started: the wall-clock time stamp and the performance counter."""
+
+    started: str
+    t0: float
+
+    @classmethod
+    def start(cls) -> Clock:
+        return cls(environment.now(), time.perf_counter())
+
+    def seconds(self) -> float:
+        """Seconds since the start."""
+        return time.perf_counter() - self.t0
+
+
+def _provenance(plan: RunPlan, clock: Clock) -> dict[str, Any]:
+    return {"device": environment.device_description(plan.device),
+            "versions": environment.package_versions(), "git": environment.git_hash(),
+            "started": clock.started, "finished": environment.now(),
+            "wall_seconds": clock.seconds()}
+
+
+def _data_fields(task: Task) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if task.split_overlaps:
+        out["data_overlap"] = dict(task.split_overlaps)
+    if task.data_notes:
+        out["data_notes"] = dict(task.data_notes)
+    return out
+
+
+def failed_record(plan: RunPlan, reason: str, clock: Clock) -> dict[str, Any]:
+    """The record of a run whose fit diverged: recorded (status ``diverged``), never scored."""
+    key = plan.key
+    return {**key, **plan.record_extra, "variant": plan.variant,
+            "config_hash": config_hash(key), "data_file_path": plan.options.data_file,
+            "status": "diverged", "status_reason": reason, "metrics": {}, "nfe": None,
+            **_provenance(plan, clock)}
+
+
+def run_record(plan: RunPlan, fitted: Fitted, sampled: Sampled, result: Evaluation,
+               clock: Clock, fit_wall_seconds: float) -> dict[str, Any]:
+    """The record of a finished run: its identity (``plan``), the fit (``fitted``), the
+    sampling and its timing (``sampled``), the metrics and status (``result``)."""
+    key, method, stats = plan.key, fitted.method, fitted.stats
+    provenance = _provenance(plan, clock)
+    return {
+        **key,
+        **plan.record_extra,
+        "variant": plan.variant,
+        "config_hash": config_hash(key),
+        "status": result.status,
+        "status_reason": result.reason,
+        "metrics": result.metrics,
+        "nfe": sampled.nfe,  # mean over every sampled batch (equal for fixed-step samplers)
+        "nfe_per_batch": sampled.nfe_per_batch,
+        "inference": sampled.inference,
+        "training": {
+            "seconds_per_update": median_after_warmup(stats.update_seconds),
+            "updates": len(stats.update_seconds),
+            "fit_seconds": sum(stats.update_seconds),
+            "final_loss": stats.losses[-1] if stats.losses else None,
+            "loss_curve": loss_curve(stats.losses),
+            "checkpoint_reused": fitted.reused,
+            **stats.extra,
+        },
+        "samples_file": result.samples_file,
+        "memory": {"train_peak_mb": fitted.train_peak_mb, "sample_peak_mb": sampled.peak_mb,
+                   "kind": fitted.memory_kind},
+        # 1-min load average and CPU count at start and end of fit and of sampling
+        "load": {"fit": fitted.load, "sample": sampled.load},
+        # the CPU thread policy in force (pcgbench.threads)
+        "threads": threads.current().as_record(),
+        "method_info": method.record_extras(),
+        # the same weights under the class's diagnostic samplers (never a column)
+        **({"diagnostics": result.diagnostics} if result.diagnostics else {}),
+        "pretrained": method.pretrained_name(),
+        "protocol": plan.protocol,
+        "parameters": parameter_count(*method.modules()),
+        "n_samples": len(sampled.samples),
+        **provenance,
+        "fit_wall_seconds": fit_wall_seconds,
+        "checkpoint": str(plan.checkpoint),
+        "data_file_path": plan.options.data_file,
+        **_data_fields(plan.task),
+    }
+
+
+def loss_curve(losses: list[float], points: int = 200) -> list[list[float]]:
+    """[[update, loss], ...]: the training-loss curve subsampled to <= ``points`` pairs
+    (evenly spaced updates, the last one included)."""
+    n = len(losses)
+    if n == 0:
+        return []
+    m = min(points, n)
+    idx = sorted({round(i * (n - 1) / max(m - 1, 1)) for i in range(m)})
+    return [[i, losses[i]] for i in idx]
+
+
+def json_safe(x: Any) -> Any:
+    """Non-finite floats as the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has none;
+    ``null`` would read as "not measured")."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
+    return x
+
+
+def write_record(path: Path, record: dict[str, Any]) -> RunRecord:
+    """Write a run record atomically with its content digest (``digest``,
+    :func:`pcgbench.record.record_digest`); metrics outside their declared ``bounds``
+    and ill-typed fields (:func:`pcgbench.record.record_problem`) are refused.  Returns the
+    record as written."""
+    deadline_check()  # a --max-minutes that passed (and was swallowed) writes no record
+    record = json_safe(record)
+    for name, value in (record.get("metrics") or {}).items():
+        if name in METRICS and isinstance(value, int | float):
+            metric_value(name, value)
+    written = RunRecord.from_json(seal_record(record), str(path))
+    atomic_write_json(path, written.to_json())
+    return written
+
+
+def read_record(path: Path) -> RunRecord | None:
+    """The stored record, or None when there is none or it is unreadable (a corrupt,
+    unsealed or ill-typed record does not block a rerun; it is replaced, with a warning).
+    A record written by a newer pcgbench is refused (one line), never overwritten."""
+    from pcgbench.record import NEWER, record_integrity
+
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or "metrics" not in record:
+            raise ValueError("not a run record")
+        problem = record_integrity(record)
+        if problem is not None and NEWER in problem:
+            raise PcgError(f"run record {path}: {problem}; it is left as it is")
+        if problem is not None:
+            raise ValueError(problem)
+        return RunRecord.from_json(record, str(path))
+    except (OSError, ValueError, RecordError) as exc:
+        import warnings
+
+        warnings.warn(f"run record {path} is unreadable ({exc}); rerunning", stacklevel=2)
+        return None
+
+
+def data_reference_record(task: Task, opts: RunOptions) -> Path:
+    """The ``data`` column: each metric for an independent draw of real data
+    (:meth:`Task.data_reference`) against the test set; the reference floor every table
+    needs.  Its identity carries the reference's code version (``reference``)."""
+    from pcgbench.dataguard import data_digest
+
+    root = ensure_writable(default_results_dir(opts.results_dir))
+    key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
+           "method": "data", "config": {}, "seed": 0, "preset": opts.preset,
+           "record_version": RECORD_VERSION}
+    versions = code_versions(task)
+    if task.reference_version():
+        versions["reference"] = task.reference_version()
+    key = with_versions(key, versions)
+    path, _ = result_paths(root, key)
+    existing = None if opts.force else read_record(path)  # a corrupt one is regenerated
+    if existing is not None and set(task.metrics) <= set(existing.get("metrics") or {}):
+        return path
+    try:
+        metrics, spread, note = reference_metrics(task)
+    except PcgError as exc:
+        raise PcgError(f"{exc} (on the data probe: reference vs test, before any fit)") from exc
+    record = {**key, "variant": data_label(task), "metrics": metrics, "nfe": 0,
+              "reference_draws": task.reference_draws(),
+              "data_file_path": opts.data_file, "created": environment.now(),
+              "note": note,
+              "versions": environment.package_versions(), "git": environment.git_hash()}
+    if spread:
+        record["metrics_std"] = spread
+    write_record(path, {**record, **_data_fields(task)})
+    return path
