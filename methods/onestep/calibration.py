@@ -187,8 +187,9 @@ def calibrate(chart: Chart, x: Tensor, cond: Tensor | None, config: CalibrationC
     first condition; "none": C_c = I), r1 = C_c (y1 - mu_c), the source scale, S_data
     (and the data's shell powers with ``spread_match="spectral"`` on spatial
     coordinates), then P_{s,c} fitted on r1 (``eps_p``, ``whitening_rank``,
-    ``whitening_rank_fraction``; binned on a scalar condition).  Deterministic: no
-    random draws."""
+    ``whitening_rank_fraction``; binned on a scalar condition).  It draws nothing from
+    the global or the fit's generators (a probed diag(G) seeds its own), so the updates
+    after it see the random streams they saw before calibration was its own step."""
     t0 = time.perf_counter()
     y1 = encode_all(chart, x, cond, config.encode_batch, config.encoder_refine_iters, device)
     info: dict[str, Any] = {
