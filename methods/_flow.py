@@ -1,8 +1,10 @@
 """The flow toolkit shared by every flow-matching method: the per-preset backbone size and
 training budget (the same for every method, for fairness), a time-broadcast helper, an
 Euler solver that knows nothing of the model (it takes a velocity callable, as Meta
-flow_matching's ``ODESolver`` does), the conditional OT path (torchcfm's / flow_matching's
-``CondOTPath``), and the EMA update of PBFM and PIDM."""
+flow_matching's ``ODESolver`` does), the linear interpolation path (:func:`linear_path`,
+written once here for every flow method and PMosFM's one-step objectives) and the
+conditional OT path built on it (torchcfm's / flow_matching's ``CondOTPath``), and the EMA
+update of PBFM and PIDM."""
 
 from __future__ import annotations
 
@@ -73,15 +75,26 @@ def bshape(v: Tensor, ndim: int) -> Tensor:
     return v.reshape(-1, *([1] * (ndim - 1)))
 
 
+def linear_path(x0: Tensor, x1: Tensor, t: Tensor) -> Tensor:
+    """The point ``x_t = (1 - t) x0 + t x1`` of the straight line from ``x0`` (t = 0) to
+    ``x1`` (t = 1), ``t`` a per-sample time ([B] or [B, 1]).  The one place this path is
+    written: the conditional OT path of flow matching (Lipman et al. 2022, Sec. 4.1 with
+    sigma_min = 0; :class:`CondOTPath`) and the path r_s = (1 - s) r0 + s r1 of PMosFM's
+    one-step objectives (paper Alg. 2; ``pcgbench.methods.onestep``).  Its velocity is
+    ``x1 - x0`` at every t."""
+    tb = bshape(t, x1.ndim)
+    return (1 - tb) * x0 + tb * x1
+
+
 @dataclass(frozen=True)
 class CondOTPath:
     """The conditional optimal-transport path of flow matching (Lipman et al. 2022, Sec. 4.1
     with sigma_min = 0): ``x_t = (1 - t) x0 + t x1`` and its target velocity ``x1 - x0``."""
 
     def sample(self, x0: Tensor, x1: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
-        """``(x_t, target)`` for a batch; ``t`` a per-sample time ([B] or [B, 1])."""
-        tb = bshape(t, x1.ndim)
-        return (1 - tb) * x0 + tb * x1, x1 - x0
+        """``(x_t, target)`` for a batch; ``t`` a per-sample time ([B] or [B, 1]);
+        x_t from :func:`linear_path`."""
+        return linear_path(x0, x1, t), x1 - x0
 
 
 def euler_solve(velocity: Velocity, x0: Tensor, steps: int, cond: Tensor | None = None,

@@ -1,7 +1,8 @@
 """PMosFM: preconditioned manifold one-step flow matching (paper Sec. 3.3, Algs. 1-3).
 
 Training (Alg. 2): y1 = eta_c(x1) on the task's chart, fixed r = C_c (y - mu_c)
-(Eq. preconditioned-coordinate) and input whitening P_{s,c} (Eq. input-preconditioner); minimise
+(Eq. preconditioned-coordinate) and input whitening P_{s,c} (Eq. input-preconditioner), one
+calibration step (:mod:`pcgbench.methods.onestep.calibration`, a frozen value); minimise
 gamma L_FM + (1 - gamma) L_PE (Eq. pmosfm-loss) for T^{s,t}(r) = r + (t - s) u_theta(P_s (r - m_s),
 s, t, c) (Eq. two-time-map), L_FM = ||u(P_s(r_s - m_s), s, s) - w||^2 / (2m) (Eq. diagonal-fm-loss),
 L_PE = ||Psi(a) - sg Psi(b)||^2_{M_h} / (2 m delta (t - s)) (Eq. physical-endpoint-loss),
@@ -22,39 +23,30 @@ spread term, low-rank P_s only on field-conditioned tasks, exact decoder); both 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, NamedTuple
+from typing import ClassVar, Literal
 
 import torch
-from torch import Tensor
 
 from pcgbench.backbones import BackboneConfig, conditioned_backbone
 from pcgbench.capture import GraphedModule
-from pcgbench.charts.base import Chart, gauss_newton_encode
+from pcgbench.charts.base import Chart
 from pcgbench.config import UNIT, Bounds
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._flow import PRESET_RECIPE, preset_backbone
 from pcgbench.methods.onestep import OBJECTIVES
-from pcgbench.preconditioning import (
-    Geometry,
-    IdentityGeometry,
-    InputWhitening,
-    fit_geometry,
+from pcgbench.methods.onestep.calibration import (
+    Calibration,
+    calibrate,
+    resolve_source_scale,
+    resolve_whitening,
 )
+from pcgbench.preconditioning import Geometry, InputWhitening
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
 from pcgbench.timing import PhaseTimer
 from pcgbench.training import WeightEMA, batch_indices, train_loop
-
-
-class Losses(NamedTuple):
-    """The terms of one objective evaluation (None: the term is off)."""
-
-    fm: Tensor
-    pe: Tensor | None
-    spread: Tensor | None
 
 
 @dataclass(frozen=True)
@@ -227,29 +219,22 @@ class PMosFM(Method[PMosFMConfig]):
         self._graphed = GraphedModule(self.net, enabled=config.sample_capture == "auto")
         self.u_one_step = self.counted(self._graphed)
         self.ema: WeightEMA | None = None  # the moving average while a fit runs
-        self.geometry: Geometry = IdentityGeometry()
-        mode = config.whitening
-        if mode == "auto":
-            mode = "full" if spec.cond_channels > 0 else "none"
-        self.whitening = InputWhitening(mode)
+        field_conditioned = spec.cond_channels > 0
+        mode = resolve_whitening(config.whitening, field_conditioned)
+        #: the frozen (mu_c, C_c, m_s, P_s) and source scale the objectives and the
+        #: sampler read (Alg. 2 lines 1-3): uncalibrated until :meth:`fit` or a checkpoint
+        self.calibration = Calibration.uncalibrated(mode, field_conditioned)
         w = torch.ones(spec.channels)
         self.register_metric(w)
         self.info: dict = {"chart": self.chart_name, "decoder_tolerance": self.chart.tolerance,
                            "whitening": mode}
-        self._shell_power_data: torch.Tensor | None = None
-        self._shells: torch.Tensor | None = None
-        # [C, *rfft shape] per-mode RMS amplitude of the data in r ("spectral" source)
-        self._src_symbol: torch.Tensor | None = None
         objective_cls = OBJECTIVES.get(config.objective)  # unknown -> did-you-mean error
-        self._spread_active = config.spread_weight > 0 and spec.cond_channels == 0
-        scale = config.source_scale
-        if scale == "auto":
-            scale = "spectral" if spec.cond_channels == 0 else "unit"
-        if scale == "spectral" and len(coord_shape) < 2:
-            scale = "data"  # flat coordinates have no Fourier modes
-        self.source_scale = scale
-        self.info["source_scale"] = scale
-        self.info["spread_term"] = self._spread_active
+        #: whether the spread term is on (never on tasks conditioned on fields)
+        self.spread_active = config.spread_weight > 0 and not field_conditioned
+        self.source_scale = resolve_source_scale(config.source_scale, field_conditioned,
+                                                 len(coord_shape))
+        self.info["source_scale"] = self.source_scale
+        self.info["spread_term"] = self.spread_active
         self.info["objective"] = config.objective
         self.objective = objective_cls(self)
         self.info["time_draws"] = self.objective.describe_draws()
@@ -269,104 +254,66 @@ class PMosFM(Method[PMosFMConfig]):
         return [self.net]
 
     def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "geometry": self.geometry.state_dict(),
-                "geometry_kind": type(self.geometry).__name__,
-                "whitening": self.whitening.state_dict(),
+        """The network, the calibration (``geometry``, ``geometry_kind``, ``whitening``,
+        ``source_symbol``; ``r_scale`` and ``r_spread`` in ``info``), the metric and the
+        record's ``info`` (keys as every PMosFM version wrote them)."""
+        cal = self.calibration
+        return {"net": self.net.state_dict(), "geometry": cal.geometry.state_dict(),
+                "geometry_kind": type(cal.geometry).__name__,
+                "whitening": cal.whitening.state_dict(),
                 "metric_w": self.chart.metric_w, "info": self.info,
-                "source_symbol": self._src_symbol}
+                "source_symbol": cal.source_symbol}
 
     def load_state_dict(self, state: dict) -> None:
-        from pcgbench import preconditioning
-
         self.net.load_state_dict(state["net"])
-        geom_cls = getattr(preconditioning, state["geometry_kind"])
-        self.geometry = _empty_geometry(geom_cls)
-        self.geometry.load_state_dict(state["geometry"])
-        self.geometry.to(self.device)
-        self.whitening.load_state_dict(state["whitening"])
-        self.whitening.to(self.device)
+        self.calibration = Calibration.from_state(state, self.calibration.whitening.mode,
+                                                  self.calibration.field_conditioned,
+                                                  self.device)
         self.chart.metric_w = state["metric_w"].to(self.device)
         self.info = dict(state["info"])
-        sym = state.get("source_symbol")
-        self._src_symbol = None if sym is None else sym.to(self.device)
 
     def record_extras(self) -> dict:
         return dict(self.info)
 
     # -- chart plumbing ----------------------------------------------------------------
     @property
+    def geometry(self) -> Geometry:
+        """mu_c and C_c of Eq. preconditioned-coordinate (``calibration.geometry``)."""
+        return self.calibration.geometry
+
+    @property
+    def whitening(self) -> InputWhitening:
+        """m_{s,c} and P_{s,c} of Eq. input-preconditioner (``calibration.whitening``)."""
+        return self.calibration.whitening
+
+    @property
     def r_scale(self) -> float:
         """sigma in r = C_c (y - mu_c) / sigma (1 unless ``source_scale="data"``)."""
-        return float(self.info.get("r_scale", 1.0))
+        return self.calibration.r_scale
 
     def decode_r(self, r: torch.Tensor, cond: torch.Tensor | None, exact: bool = False
                  ) -> torch.Tensor:
         """Psi_c(r) = chi_c(mu_c + C_c^-1 sigma r) (Eq. preconditioned-coordinate; sigma
-        = ``r_scale``, a scalar folded into C_c, or the per-mode "spectral" scale);
-        ``exact``: the chart's :meth:`~Chart.decode_exact` (its direct limit, with the
-        implicit gradient)."""
-        if self._src_symbol is not None:
-            r = _fourier_scale(r, self._src_symbol, inverse=False)
-        y = self.geometry.to_y(r * self.r_scale)
+        = ``r_scale``, a scalar folded into C_c, or the per-mode "spectral" scale:
+        :meth:`Calibration.to_y`); ``exact``: the chart's :meth:`~Chart.decode_exact`
+        (its direct limit, with the implicit gradient)."""
+        y = self.calibration.to_y(r)
         return self.chart.decode_exact(y, cond) if exact else self.chart.decode(y, cond)
-
-    def _unscaled(self, r: torch.Tensor) -> torch.Tensor:
-        """r before the "spectral" source scale (identity otherwise): spreads are
-        compared there, where each mode counts with its energy."""
-        return r if self._src_symbol is None else _fourier_scale(r, self._src_symbol, False)
-
-    @torch.no_grad()
-    def _encode_all(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
-        out = []
-        step = self.config.encode_batch
-        for i in range(0, len(x), step):
-            xb = x[i:i + step].to(self.device)
-            cb = None if cond is None else cond[i:i + step].to(self.device)
-            y = self.chart.encode(xb, cb)
-            if self.config.encoder_refine_iters > 0:
-                with torch.enable_grad():
-                    y = gauss_newton_encode(self.chart, xb, y, cb,
-                                            iters=self.config.encoder_refine_iters)
-            out.append(y)
-        return torch.cat(out)
-
-    @torch.no_grad()
-    def _encode_decode_error(self, x: torch.Tensor, y: torch.Tensor,
-                             cond: torch.Tensor | None) -> float:
-        num = den = 0.0
-        step = self.config.encode_batch
-        for i in range(0, len(x), step):
-            cb = None if cond is None else cond[i:i + step].to(self.device)
-            xd = self.chart.decode(y[i:i + step], cb).cpu()
-            xb = x[i:i + step]
-            num += float((xd - xb).pow(2).flatten(1).sum(1).sqrt().sum())
-            den += float(xb.pow(2).flatten(1).sum(1).sqrt().sum())
-        return num / max(den, 1e-300)
-
-    def _whiten_cond(self, cond: torch.Tensor | None) -> torch.Tensor | None:
-        """The condition the whitening is binned on: a scalar vector condition only
-        (field-shaped conditions -> pooled statistics)."""
-        if cond is not None and self.task.spec.cond_channels == 0 and cond.shape[1] == 1:
-            return cond
-        return None
 
     # -- training ---------------------------------------------------------------------------
     def velocity(self, r: torch.Tensor, s: torch.Tensor, t: torch.Tensor,
                  c: torch.Tensor | None) -> torch.Tensor:
         """u_theta(P_s(r - m_s), s, t, c) of Eq. two-time-map, for r [B, *coord_shape]
         and times s, t [B] (what every one-step objective trains)."""
-        z = self.whitening.apply(r, s, cond=self._whiten_cond(c))
+        z = self.calibration.precondition(r, s, c)
         return self.net(z, torch.stack([s, t], 1), c)
 
     def spread_loss(self, one_step: torch.Tensor) -> torch.Tensor:
         """The spread-matching term of one-step samples ``one_step`` = T^{0,1}(r0) in the
         unscaled r: (sqrt(mean_i var_batch) / S_data - 1)^2, or the per-(channel, |k|
-        shell) log-power misfit with ``spread_match="spectral"``."""
-        if self._shell_power_data is not None:
-            log_p = (shell_power(one_step, self._shells) + 1e-12).log()
-            return (log_p - (self._shell_power_data + 1e-12).log()).pow(2).mean()
-        spread = one_step.flatten(1).var(0, unbiased=True).mean().sqrt()
-        return (spread / self.info["r_spread"] - 1).pow(2)
+        shell) log-power misfit with ``spread_match="spectral"``
+        (:meth:`Calibration.spread_misfit`)."""
+        return self.calibration.spread_misfit(one_step)
 
     def extra_spread_loss(self, b: int, c: torch.Tensor | None, gen: torch.Generator
                           ) -> torch.Tensor:
@@ -375,14 +322,8 @@ class PMosFM(Method[PMosFMConfig]):
         conditions ``c``."""
         r0 = torch.randn((b, *self.chart.coord_shape), generator=gen).to(self.device)
         s = torch.zeros(b, device=self.device)
-        return self.spread_loss(self._unscaled(r0 + self.velocity(r0, s, torch.ones_like(s),
-                                                                  c)))
-
-    def _losses(self, r1: torch.Tensor, c: torch.Tensor | None, gen: torch.Generator
-                ) -> Losses:
-        """The native objective's minibatch (l_FM, l_PE, l_spread), see
-        :meth:`pcgbench.methods.onestep.native.NativeObjective.losses`."""
-        return self.objective.losses(r1, c, gen)
+        return self.spread_loss(self.calibration.unscaled(
+            r0 + self.velocity(r0, s, torch.ones_like(s), c)))
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
         cfg = self.config
@@ -390,49 +331,20 @@ class PMosFM(Method[PMosFMConfig]):
         cond_all = train.cond
         norm = self.task.normalizer
         self.register_metric(1.0 / norm.std.double().pow(2).float())
-        t0 = time.perf_counter()
-        y1 = self._encode_all(x, cond_all)
-        self.info["encode_decode_rel_l2_train"] = self._encode_decode_error(x, y1, cond_all)
-        if cfg.geometry == "auto":
-            c0 = None if cond_all is None else cond_all[:1].to(self.device)
-            self.geometry = fit_geometry(self.chart, y1, c0).to(self.device)
-        elif cfg.geometry != "none":
-            raise PcgError(f"pmosfm: geometry must be 'auto' or 'none', got {cfg.geometry!r}")
-        with torch.no_grad():
-            r1_all = self.geometry.to_r(y1)
-            self._src_symbol = None
-            if self.source_scale == "spectral":
-                # the spread term and ratio stay measured in the unscaled r (energy
-                # weighted: the energetic low modes dominate, as in WD), see _unscaled
-                self.info["r_spread"] = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
-                self._src_symbol = data_amplitude(r1_all)
-                r1_all = _fourier_scale(r1_all, self._src_symbol, inverse=True)
-            elif self.source_scale == "data":
-                # the data's RMS spread per r-coordinate (0.35 on Burgers, 0.36-0.49 on
-                # Darcy vs the unit source: issue 14); folded into C_c as a scalar
-                sigma = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
-                self.info["r_scale"] = sigma
-                r1_all = r1_all / sigma
-            if self._src_symbol is None:
-                self.info["r_spread"] = float(r1_all.flatten(1).std(0).pow(2).mean().sqrt())
-            self._shell_power_data = None
-            if cfg.spread_match == "spectral" and r1_all.ndim >= 3:
-                self._shells = shell_index(r1_all.shape[2:], r1_all.device)
-                self._shell_power_data = shell_power(self._unscaled(r1_all), self._shells)
-        wc = self._whiten_cond(cond_all)
-        self.whitening.fit(r1_all, eps=cfg.eps_p, rank=cfg.whitening_rank,
-                           cond=None if wc is None else wc.to(self.device),
-                           rank_fraction=cfg.whitening_rank_fraction)
-        self.info["calibration_seconds"] = time.perf_counter() - t0
-        self.info["geometry"] = type(self.geometry).__name__
-        if getattr(self.geometry, "info", None):  # how diag(G) was found (and its error)
-            self.info["geometry_fit"] = dict(self.geometry.info)
+        calibrated = calibrate(self.chart, x, cond_all, cfg,
+                               whitening_mode=self.calibration.whitening.mode,
+                               source_scale=self.source_scale,
+                               field_conditioned=self.calibration.field_conditioned,
+                               device=self.device)
+        self.calibration = calibrated.calibration
+        self.info.update(calibrated.info)
+        r1_all = calibrated.r1
         cond_dev = None if cond_all is None else cond_all.to(self.device)
         gen = torch.Generator().manual_seed(self.context.seed)
 
         self.objective.begin_fit([p for p in self.net.parameters() if p.requires_grad])
 
-        extra_spread = self._spread_active and not self.objective.spread_term
+        extra_spread = self.spread_active and not self.objective.spread_term
 
         def loss(step: int) -> torch.Tensor:
             idx = batch_indices(len(r1_all), cfg.batch_size, gen).to(self.device)
@@ -469,10 +381,11 @@ class PMosFM(Method[PMosFMConfig]):
         c = None if cond is None else cond[:k]
         r0 = torch.randn(r1[:k].shape, generator=gen).to(self.device)
         s = torch.zeros(k, device=self.device)
-        z = self.whitening.apply(r0, s, cond=self._whiten_cond(c))
-        out = self._unscaled(r0 + self.net(z, torch.stack([s, torch.ones_like(s)], 1), c))
+        cal = self.calibration
+        z = cal.precondition(r0, s, c)
+        out = cal.unscaled(r0 + self.net(z, torch.stack([s, torch.ones_like(s)], 1), c))
         spread = out.flatten(1).std(0).pow(2).mean().sqrt()
-        ref = self._unscaled(r1[:k]).flatten(1).std(0).pow(2).mean().sqrt()
+        ref = cal.unscaled(r1[:k]).flatten(1).std(0).pow(2).mean().sqrt()
         return float(spread / ref.clamp_min(1e-12))
 
     # -- sampling -------------------------------------------------------------------------
@@ -489,7 +402,7 @@ class PMosFM(Method[PMosFMConfig]):
             s = a.expand(n)
             t = s if self.config.sample_path == "diagonal" else b.expand(n)
             with timer.phase("precondition"):
-                z = self.whitening.apply(r1, s, cond=self._whiten_cond(cond))
+                z = self.calibration.precondition(r1, s, cond)
             with timer.phase("network"):
                 r1 = r1 + (b - a) * self.u_one_step(z, torch.stack([s, t], 1), cond)
         if self.device.type == "cuda":
@@ -537,73 +450,3 @@ class PMosFMTuned(PMosFM):
     #: what this column changes relative to the paper's (``pmosfm``), for the tables
     departs_from = "pmosfm"
     departures = {k: f"{k}={v} ({why})" for k, (v, why) in TUNED_DEPARTURES.items()}
-
-
-def shell_index(spatial: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """Integer radius |k| (rounded) of every rfftn mode of a field on ``spatial``."""
-    freqs = [torch.fft.fftfreq(n, 1 / n, device=device) for n in spatial[:-1]]
-    freqs.append(torch.fft.rfftfreq(spatial[-1], 1 / spatial[-1], device=device))
-    grids = torch.meshgrid(*freqs, indexing="ij")
-    return torch.sqrt(sum(g.pow(2) for g in grids)).round().long()
-
-
-def shell_power(r: torch.Tensor, shells: torch.Tensor) -> torch.Tensor:
-    """Mean power per (channel, |k| shell) of the fluctuations of ``r`` [B, C, *spatial]
-    about their batch mean (unbiased over the batch): [C, n_shells]."""
-    power = _mode_power(r - r.mean(0, keepdim=True))
-    flat = power.reshape(power.shape[0], -1)
-    idx = shells.reshape(-1)
-    n = int(idx.max()) + 1
-    total = flat.new_zeros(flat.shape[0], n).index_add_(1, idx, flat)
-    count = torch.bincount(idx, minlength=n).to(flat.dtype)
-    return total / count
-
-
-def _mode_power(fluct: torch.Tensor) -> torch.Tensor:
-    """Unbiased batch power per (channel, rfft mode) of centred ``fluct`` [B, C, *spatial]."""
-    dims = tuple(range(2, fluct.ndim))
-    return torch.fft.rfftn(fluct, dim=dims).abs().pow(2).sum(0) / max(len(fluct) - 1, 1)
-
-
-def data_amplitude(r: torch.Tensor, rel_floor: float = 1e-6) -> torch.Tensor:
-    """RMS amplitude per (channel, Fourier mode) of the fluctuations of ``r`` [B, C,
-    *spatial] about their batch mean, normalized so that white noise of unit variance has
-    amplitude 1 in every mode: [C, *rfft shape] (floored at ``rel_floor`` x the largest,
-    so dividing by it is safe).  Even in k, so scaling by it maps real fields to real."""
-    power = _mode_power((r - r.mean(0, keepdim=True)).to(torch.float64))
-    amp = (power / math.prod(r.shape[2:])).sqrt()
-    return amp.clamp_min(rel_floor * float(amp.max())).to(r.dtype)
-
-
-def _fourier_scale(r: torch.Tensor, symbol: torch.Tensor, inverse: bool) -> torch.Tensor:
-    """F^-1 (symbol^{+-1} F r) over the spatial axes of ``r`` [B, C, *spatial]."""
-    dims = tuple(range(2, r.ndim))
-    rh = torch.fft.rfftn(r, dim=dims)
-    sym = symbol.to(device=r.device, dtype=r.dtype)
-    rh = rh / sym if inverse else rh * sym
-    return torch.fft.irfftn(rh, s=r.shape[2:], dim=dims)
-
-
-def clipped_sum(terms: list[torch.Tensor], params: list[torch.nn.Parameter],
-                max_norm: float = 1.0) -> torch.Tensor:
-    """A surrogate whose value is ``sum(terms)`` and whose gradient is the sum of each
-    term's gradient clipped to norm ``max_norm`` (the "clip" loss balance: one term's
-    large gradient cannot drown the other's before the shared clip)."""
-    total = sum(terms[1:], terms[0])
-    acc = [torch.zeros_like(p) for p in params]
-    for term in terms:
-        grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
-        g_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads if g is not None))
-        k = torch.clamp(max_norm / (g_norm + 1e-12), max=1.0)
-        acc = [a if g is None else a + k * g for a, g in zip(acc, grads, strict=True)]
-    surrogate = sum((p * a).sum() for p, a in zip(params, acc, strict=True))
-    return surrogate - surrogate.detach() + total.detach()
-
-
-def _empty_geometry(cls: type) -> Geometry:
-    """An instance of a Geometry subclass ready for ``load_state_dict``."""
-    obj = cls.__new__(cls)
-    torch.nn.Module.__init__(obj)
-    for name in ("mu", "scale", "symbol"):
-        obj.register_buffer(name, None)
-    return obj

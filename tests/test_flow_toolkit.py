@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pcgbench.methods._flow import CondOTPath, bshape, ema_update, euler_solve
+from pcgbench.methods._flow import CondOTPath, bshape, ema_update, euler_solve, linear_path
 
 
 def test_euler_solve_closed_forms():
@@ -38,6 +38,18 @@ def test_cond_ot_path_ends_and_velocity():
     h = 1e-6
     ahead, _ = path.sample(x0, x1, t + h)
     torch.testing.assert_close((ahead - xt) / h, target, rtol=1e-6, atol=1e-6)
+
+
+def test_linear_path_ends_and_is_the_cond_ot_path():
+    """x_0 = x0, x_1 = x1, x_t the point a fraction t along the line; the OT path's x_t is
+    exactly (bit for bit) this one."""
+    gen = torch.Generator().manual_seed(1)
+    x0, x1 = (torch.randn(5, 3, 6, generator=gen) for _ in range(2))
+    torch.testing.assert_close(linear_path(x0, x1, torch.zeros(5)), x0)
+    torch.testing.assert_close(linear_path(x0, x1, torch.ones(5, 1)), x1)
+    t = torch.rand(5, generator=gen)
+    torch.testing.assert_close(linear_path(x0, x1, t) - x0, bshape(t, 3) * (x1 - x0))
+    assert torch.equal(linear_path(x0, x1, t), CondOTPath().sample(x0, x1, t)[0])
 
 
 def test_euler_solve_after_step_hook_and_gradient():

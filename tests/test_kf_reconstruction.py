@@ -170,7 +170,7 @@ def test_pmosfm_network_takes_the_observation(task):
     m = PMosFM(task, PMosFMConfig.for_preset("smoke"))
     assert isinstance(m.net, FieldCondInput) and m.net.cond_channels == 2
     c = torch.randn(3, 2, 16, 16)
-    assert m._whiten_cond(c) is None  # pooled whitening for field conditions
+    assert m.calibration.whiten_cond(c) is None  # pooled whitening for field conditions
 
 
 # -- metrics grouped by field conditions --------------------------------------------------------

@@ -183,7 +183,7 @@ def _pe_minimising_scale(task, sigma: float, **changes) -> float:
     losses = []
     for alpha in (0.5, 1.0, 1.5):
         m.net.alpha = alpha
-        l_pe = m._losses(r1, None, torch.Generator().manual_seed(1)).pe
+        l_pe = m.objective.losses(r1, None, torch.Generator().manual_seed(1)).pe
         losses.append(float(l_pe))
     lo, mid, hi = losses
     return 1.0 - 0.5 * (hi - lo) / (hi - 2 * mid + lo)
@@ -237,7 +237,7 @@ def test_loss_balance_keeps_or_normalizes_the_loss_value(task):
 
 
 def test_clipped_sum_value_and_gradient():
-    from pcgbench.methods.pmosfm import clipped_sum
+    from pcgbench.methods.onestep.native import clipped_sum
 
     p = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
     big, small = 10 * (p**2).sum() / 2, 0.1 * p.sum()  # gradients 10 p (norm 50), 0.1 * 1
@@ -263,10 +263,38 @@ def test_source_scale_data_unit_spread_and_exact_decode(task):
     torch.testing.assert_close(m2.sample(None, 4, torch.Generator().manual_seed(3)), x)
 
 
+def test_calibration_is_one_frozen_value_that_a_checkpoint_restores(task):
+    """Alg. 2 lines 1-3 as one step: the fit leaves a frozen Calibration whose fields
+    match the record's, and loading the state dict (the keys every version wrote)
+    rebuilds an equal one."""
+    import dataclasses
+
+    m = _fit(task, source_scale="data", chart="mass")
+    cal = m.calibration
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cal.r_scale = 2.0  # type: ignore[misc]
+    assert (cal.r_scale, cal.r_spread) == (m.info["r_scale"], m.info["r_spread"])
+    assert m.info["geometry"] == type(cal.geometry).__name__
+    assert cal.whitening.fitted and m.whitening is cal.whitening
+    state = m.state_dict()
+    assert list(state) == ["net", "geometry", "geometry_kind", "whitening", "metric_w",
+                           "info", "source_symbol"]
+    m2 = PMosFM(task, m.config)
+    assert not m2.calibration.whitening.fitted and m2.calibration.r_spread is None
+    m2.load_state_dict(state)
+    back = m2.calibration
+    assert (back.r_scale, back.r_spread) == (cal.r_scale, cal.r_spread)
+    assert type(back.geometry) is type(cal.geometry)
+    r = torch.randn(3, *m.chart.coord_shape)
+    s = torch.full((3,), 0.5)
+    torch.testing.assert_close(back.to_y(r), cal.to_y(r))
+    torch.testing.assert_close(back.precondition(r, s, None), cal.precondition(r, s, None))
+
+
 def test_data_amplitude_whitens_a_coloured_field_and_inverts_exactly():
     """Fields with a decaying spectrum divided by their per-mode amplitude have unit
     variance per coordinate; multiplying back recovers them (the scale is even in k)."""
-    from pcgbench.methods.pmosfm import _fourier_scale, data_amplitude
+    from pcgbench.methods.onestep.spectral import data_amplitude, fourier_scale
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(800, 2, 16, 12, generator=g, dtype=torch.float64)
@@ -276,9 +304,9 @@ def test_data_amplitude_whitens_a_coloured_field_and_inverts_exactly():
                          dim=(2, 3))
     amp = data_amplitude(x)
     assert amp.shape == (2, 16, 7)
-    w = _fourier_scale(x, amp, inverse=True)
+    w = fourier_scale(x, amp, inverse=True)
     assert float(w.std(0).mean()) == pytest.approx(1.0, abs=0.03)
-    torch.testing.assert_close(_fourier_scale(w, amp, inverse=False), x)
+    torch.testing.assert_close(fourier_scale(w, amp, inverse=False), x)
     # white noise of unit variance has amplitude ~1 in every mode
     noise = torch.randn(4000, 1, 8, 8, generator=g, dtype=torch.float64)
     assert float((data_amplitude(noise) - 1).abs().max()) < 0.1
@@ -287,15 +315,16 @@ def test_data_amplitude_whitens_a_coloured_field_and_inverts_exactly():
 def test_source_scale_spectral_gives_the_source_the_data_spectrum(task):
     """source_scale="spectral": the scale inverts exactly, decoded samples satisfy the
     chart exactly, and the scale survives a weights_only checkpoint."""
-    from pcgbench.methods.pmosfm import _fourier_scale
+    from pcgbench.methods.onestep.spectral import fourier_scale
 
     m = _fit(task, source_scale="spectral", chart="mass")
-    assert m._src_symbol is not None
+    assert m.calibration.source_symbol is not None
     unit = _fit(task, chart="mass", source_scale="unit")
     # the spread term's reference is the data's spread in the unscaled r
     assert m.info["r_spread"] == pytest.approx(unit.info["r_spread"], rel=1e-5)
     r1 = m.geometry.to_r(m.chart.encode(task.dataset("train").x))
-    torch.testing.assert_close(m._unscaled(_fourier_scale(r1, m._src_symbol, True)), r1)
+    cal = m.calibration
+    torch.testing.assert_close(cal.unscaled(fourier_scale(r1, cal.source_symbol, True)), r1)
     x = m.sample(None, 4, torch.Generator().manual_seed(3))
     assert task.constraints()["mass"](x).abs().max() <= 1e-5
     buf = io.BytesIO()
@@ -312,21 +341,22 @@ def test_spread_term_matches_its_definition(task):
     off (None) when spread_weight = 0."""
     m = _fit(task, spread_weight=1.0, endpoint_share=1.0, whitening="none")
     r1 = torch.randn(16, *m.chart.coord_shape)
-    got = m._losses(r1, None, torch.Generator().manual_seed(5)).spread
+    got = m.objective.losses(r1, None, torch.Generator().manual_seed(5)).spread
     gen = torch.Generator().manual_seed(5)
     r0 = torch.randn(r1.shape, generator=gen)
     s = torch.zeros(16)
     with torch.no_grad():
         one = r0 + m.net(r0, torch.stack([s, torch.ones(16)], 1), None)
     # measured in the unscaled r (the "spectral" source scale undone)
-    expect = (m._unscaled(one).flatten(1).var(0).mean().sqrt() / m.info["r_spread"] - 1) ** 2
+    spread = m.calibration.unscaled(one).flatten(1).var(0).mean().sqrt()
+    expect = (spread / m.info["r_spread"] - 1) ** 2
     assert float(got) == pytest.approx(float(expect), rel=1e-4)
     off = _fit(task, endpoint_share=1.0, spread_weight=0.0)
-    assert off._losses(r1, None, torch.Generator().manual_seed(5)).spread is None
+    assert off.objective.losses(r1, None, torch.Generator().manual_seed(5)).spread is None
 
 
 def test_shell_power_is_parseval_and_scales_quadratically():
-    from pcgbench.methods.pmosfm import shell_index, shell_power
+    from pcgbench.methods.onestep.spectral import shell_index, shell_power
 
     torch.manual_seed(0)
     r = torch.randn(64, 2, 8, 10, dtype=torch.float64)
@@ -341,7 +371,7 @@ def test_shell_power_is_parseval_and_scales_quadratically():
 def test_spectral_spread_term_runs(task):
     m = _fit(task, spread_weight=1.0, spread_match="spectral", endpoint_share=1.0,
              chart="mass")
-    assert m._shell_power_data is not None and m._shell_power_data.ndim == 2
+    assert m.calibration.shell_power_data is not None and m.calibration.shell_power_data.ndim == 2
     x = m.sample(None, 3, torch.Generator().manual_seed(2))
     assert torch.isfinite(x).all()
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import pcgbench.methods  # noqa: F401
+from pcgbench.methods.onestep.calibration import encode_all
 from pcgbench.preconditioning import InputWhitening, fit_geometry
 from pcgbench.registry import METHODS, TASKS
 
@@ -18,9 +19,12 @@ def _coords(tmp_path, name):
     m = cls(task, cls.Config.for_preset("smoke"), "cpu")
     m.register_metric(1.0 / task.normalizer.std.double().pow(2).float())
     tr, te = task.dataset("train"), task.dataset("test")
-    y1, yt = m._encode_all(tr.x, tr.cond), m._encode_all(te.x, te.cond)
+    batch = m.config.encode_batch
+    y1 = encode_all(m.chart, tr.x, tr.cond, batch, refine_iters=0, device=m.device)
+    yt = encode_all(m.chart, te.x, te.cond, batch, refine_iters=0, device=m.device)
     g = fit_geometry(m.chart, y1, None if tr.cond is None else tr.cond[:1])
-    return g.to_r(y1), g.to_r(yt), m._whiten_cond(tr.cond), m._whiten_cond(te.cond)
+    cal = m.calibration
+    return g.to_r(y1), g.to_r(yt), cal.whiten_cond(tr.cond), cal.whiten_cond(te.cond)
 
 
 def _ratios(w, r1, rt, c1, ct):

@@ -6,13 +6,14 @@ chart, C_c, P_s, the backbone and the one-step sampler r1 = T^{0,1}(r0) stay PMo
 so the paper's one-step ablation swaps this class alone (``--set objective=NAME``).
 
 Our convention: source r0 ~ N(0, I) at time 0, data r1 at time 1 (preconditioned
-coordinates r), linear path r_s = (1 - s) r0 + s r1 with conditional velocity
-v = r1 - r0.  u(r_s, s, t) is the average velocity from s to t,
-(t - s) u(r_s, s, t) = int_s^t v(r_tau, tau) dtau, so u(r, s, s) = v(r, s) is the
-instantaneous velocity.  Most originals put noise at time 1 (z_t = (1 - t) x + t e,
-v_theirs = e - x): then t_ours = 1 - t_theirs, v_ours = -v_theirs, u_ours = -u_theirs,
-and their pair (r < t) is our (s, t) = (1 - t_theirs, 1 - r_theirs).  Each objective's
-docstring states its conversion.
+coordinates r), linear path r_s = (1 - s) r0 + s r1 (paper Eq. interpolation-pair;
+:func:`pcgbench.methods._flow.linear_path`) with conditional velocity v = r1 - r0.
+u(r_s, s, t) is the average velocity from s to t, (t - s) u(r_s, s, t) =
+int_s^t v(r_tau, tau) dtau, so u(r, s, s) = v(r, s) is the instantaneous velocity.
+Most originals put noise at time 1 (z_t = (1 - t) x + t e, v_theirs = e - x): then
+t_ours = 1 - t_theirs, v_ours = -v_theirs, u_ours = -u_theirs, and their pair (r < t) is
+our (s, t) = (1 - t_theirs, 1 - r_theirs).  Each objective's docstring states its
+conversion.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor
 
 from pcgbench.errors import PcgError
-from pcgbench.methods._flow import bshape
+from pcgbench.methods._flow import bshape, linear_path
 
 #: the ``PMosFMConfig`` fields that set :class:`TimeDraws` (None: the objective's own)
 TIME_FIELDS = {"time_pair": "pair", "time_mean": "mean", "time_std": "std",
@@ -213,8 +214,7 @@ class PathObjective(OneStepObjective):
         dev = r1.device
         r0 = torch.randn(r1.shape, generator=gen).to(dev)
         s, t, frac = (x.to(dev) for x in self.draw_times(len(r1), gen))
-        sb = bshape(s, r1.ndim)
-        rs = (1 - sb) * r0 + sb * r1
+        rs = linear_path(r0, r1, s)
         return self.path_loss(PathBatch(r0, r1, rs, r1 - r0, s, t, c, frac), gen)
 
 

@@ -9,14 +9,45 @@ random draws are those PMosFM had before objectives were pluggable, so the defau
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from pcgbench.methods._flow import bshape
+from pcgbench.methods._flow import bshape, linear_path
 from pcgbench.methods.onestep.base import OneStepObjective, TimeDraws
-from pcgbench.methods.pmosfm import Losses, PMosFM, clipped_sum
+
+if TYPE_CHECKING:
+    from pcgbench.methods.pmosfm import PMosFM
+
+
+class Losses(NamedTuple):
+    """The minibatch terms of one native-objective evaluation (Alg. 2), None where the
+    term is off: ``fm`` l_FM (Eq. diagonal-fm-loss), ``pe`` l_PE (Eq.
+    physical-endpoint-loss; None when gamma = 1 or no draw has t > s), ``spread`` our
+    spread-matching term (None unless it is on and >= 4 draws are (0, 1)).  Their
+    weighted sum is Eq. pmosfm-loss (:meth:`NativeObjective.loss`)."""
+
+    fm: Tensor
+    pe: Tensor | None
+    spread: Tensor | None
+
+
+def clipped_sum(terms: list[Tensor], params: list[torch.nn.Parameter],
+                max_norm: float = 1.0) -> Tensor:
+    """A surrogate whose value is ``sum(terms)`` and whose gradient is the sum of each
+    term's gradient clipped to norm ``max_norm`` (ours, ``loss_balance="clip"``: in
+    gamma l_FM + (1 - gamma) l_PE, Eq. pmosfm-loss, one term's large gradient cannot
+    drown the other's before the shared clip)."""
+    total = sum(terms[1:], terms[0])
+    acc = [torch.zeros_like(p) for p in params]
+    for term in terms:
+        grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+        g_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads if g is not None))
+        k = torch.clamp(max_norm / (g_norm + 1e-12), max=1.0)
+        acc = [a if g is None else a + k * g for a, g in zip(acc, grads, strict=True)]
+    surrogate = sum((p * a).sum() for p, a in zip(params, acc, strict=True))
+    return surrogate - surrogate.detach() + total.detach()
 
 
 class NativeObjective(OneStepObjective):
@@ -27,7 +58,9 @@ class NativeObjective(OneStepObjective):
     physical-endpoint-loss), a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s +
     delta w), w = r1 - r0; plus PMosFM's optional spread term and loss balancing
     (``PMosFMConfig``: gamma, spread_weight, spread_match, loss_balance,
-    grad_norm_every); times from :attr:`draws` (the config's time fields)."""
+    grad_norm_every); times from :attr:`draws` (the config's time fields).  Reads the
+    frozen preconditioning from ``host.calibration``
+    (:class:`~pcgbench.methods.onestep.calibration.Calibration`)."""
 
     paper_label = "native"
     spread_term = True
@@ -77,13 +110,13 @@ class NativeObjective(OneStepObjective):
         cfg = m_.config
         m = m_.chart.coord_dim
         nd = r1.ndim
-        wcb = m_._whiten_cond(c)
+        cal = m_.calibration
         b = len(r1)
         r0 = torch.randn(r1.shape, generator=gen).to(m_.device)
         s, t, delta = self._draw_times(b, gen)
         w = r1 - r0
-        rs = (1 - bshape(s, nd)) * r0 + bshape(s, nd) * r1
-        z = m_.whitening.apply(rs, s, cond=wcb)
+        rs = linear_path(r0, r1, s)  # Eq. interpolation-pair
+        z = cal.precondition(rs, s, c)
         # one batched forward for the diagonal (s, s) and the endpoint (s, t) branch
         times = torch.cat([torch.stack([s, s], 1), torch.stack([s, t], 1)])
         cc = None if c is None else torch.cat([c, c])
@@ -92,10 +125,10 @@ class NativeObjective(OneStepObjective):
         l_fm = (u_diag - w).pow(2).flatten(1).sum(1).mean() / (2 * m)
         l_spread = None
         ends = (s == 0) & (t == 1)
-        if m_._spread_active and int(ends.sum()) >= 4:
+        if m_.spread_active and int(ends.sum()) >= 4:
             # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
             # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
-            l_spread = m_.spread_loss(m_._unscaled((r0 + u_st)[ends]))
+            l_spread = m_.spread_loss(cal.unscaled((r0 + u_st)[ends]))
         keep = t > s
         if cfg.gamma >= 1.0 or not bool(keep.any()):
             return Losses(l_fm, None, l_spread)
@@ -103,7 +136,7 @@ class NativeObjective(OneStepObjective):
         with torch.no_grad():
             s2 = s + delta
             r2 = rs + bshape(delta, nd) * w
-            z2 = m_.whitening.apply(r2, s2, cond=wcb)
+            z2 = cal.precondition(r2, s2, c)
             bb = r2 + bshape(t - s2, nd) * m_.net(z2, torch.stack([s2, t], 1), c)
         # decode both endpoints in one batched call (solver decoders are dominated by
         # per-step overhead, not batch size); the b half is detached: sg[Psi(b)]
