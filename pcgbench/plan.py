@@ -442,12 +442,15 @@ class RunPlan:
 
 def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = None,
             device: torch.device | None = None) -> RunPlan:
-    """The plan of ``opts``.  A run (``planning`` False) seeds the RNGs and builds the
+    """The plan of ``opts``.  A run (``planning`` False) checks the options
+    (:func:`check_options`), seeds the RNGs and builds the
     method on the run's device (its networks initialised from the seed), with its
     :class:`RunContext`; planning builds on the CPU, leaves ``task`` in planning mode and
     may return a :class:`MethodIdentity`.  ``task`` reuses an already built task (a
     sweep plans many runs of one); ``device`` overrides ``opts.device`` for the identity
     (``show-config --device``)."""
+    if not planning:
+        check_options(opts)
     dev = device if device is not None else environment.resolve_device(opts.device)
     if not planning:
         seed_everything(opts.seed)

@@ -30,7 +30,13 @@ from pcgbench.plan import (
 )
 from pcgbench.record import RecordError, RunRecord, seal_record
 from pcgbench.registry import METRICS
-from pcgbench.storage import atomic_write_json, config_hash, ensure_writable
+from pcgbench.storage import (
+    atomic_write_json,
+    config_hash,
+    ensure_writable,
+    make_dir,
+    remove_orphan_temps,
+)
 from pcgbench.storage import results_dir as default_results_dir
 from pcgbench.task import Task
 from pcgbench.timing import median_after_warmup
@@ -38,25 +44,17 @@ from pcgbench.timing import median_after_warmup
 
 @dataclass(frozen=True)
 class Clock:
-    """When a run started: the wall-clock time stamp and the performance counter."""
+    """When a run started: the wall-clock time stamp and the ``time.perf_counter`` value."""
 
     started: str
     t0: float
-
-    @classmethod
-    def start(cls) -> Clock:
-        return cls(environment.now(), time.perf_counter())
-
-    def seconds(self) -> float:
-        """Seconds since the start."""
-        return time.perf_counter() - self.t0
 
 
 def _provenance(plan: RunPlan, clock: Clock) -> dict[str, Any]:
     return {"device": environment.device_description(plan.device),
             "versions": environment.package_versions(), "git": environment.git_hash(),
             "started": clock.started, "finished": environment.now(),
-            "wall_seconds": clock.seconds()}
+            "wall_seconds": time.perf_counter() - clock.t0}
 
 
 def _data_fields(task: Task) -> dict[str, Any]:
@@ -186,6 +184,24 @@ def read_record(path: Path) -> RunRecord | None:
 
         warnings.warn(f"run record {path} is unreadable ({exc}); rerunning", stacklevel=2)
         return None
+
+
+def open_record(plan: RunPlan) -> Path:
+    """The record's folder made (the results directory checked writable, temp files of
+    interrupted writes removed); returns the record's path."""
+    remove_orphan_temps(ensure_writable(plan.root))
+    make_dir(plan.record_path.parent)
+    return plan.record_path
+
+
+def prepare_data(plan: RunPlan) -> Clock:
+    """The data stage: every split loaded and checked (finite, non-empty, disjoint) and
+    the ``data`` reference record written (it also probes every metric on real data)
+    before any fit.  Returns the run's :class:`Clock`, started before the checks."""
+    clock = Clock(environment.now(), time.perf_counter())
+    plan.task.check_splits()
+    data_reference_record(plan.task, plan.options)
+    return clock
 
 
 def data_reference_record(task: Task, opts: RunOptions) -> Path:

@@ -14,6 +14,7 @@ tests import them from here).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from pcgbench.budget import warn_budget
@@ -55,25 +56,23 @@ from pcgbench.plan import (  # noqa: F401 - the public run API
 )
 from pcgbench.record import RunRecord
 from pcgbench.record_builder import (  # noqa: F401 - the public run API
-    Clock,
     data_reference_record,
     failed_record,
+    open_record,
+    prepare_data,
     read_record,
     run_record,
     write_record,
 )
-from pcgbench.storage import ensure_writable, make_dir, remove_orphan_temps
+from pcgbench.storage import ensure_writable
 
 
 def run(opts: RunOptions) -> tuple[RunRecord, Path, bool]:
     """Execute one run.  Returns (record, path, skipped)."""
     from filelock import FileLock
 
-    check_options(opts)
     plan = resolve(opts)
-    remove_orphan_temps(ensure_writable(plan.root))
-    path = plan.record_path
-    make_dir(path.parent)
+    path = open_record(plan)
     # identical concurrent runs: the first does the work, the others wait and skip
     with FileLock(f"{path}.lock"):
         existing = read_record(path) if not opts.force else None
@@ -86,15 +85,13 @@ def run(opts: RunOptions) -> tuple[RunRecord, Path, bool]:
 
 
 def _execute(plan: RunPlan) -> RunRecord:
-    clock = Clock.start()
-    plan.task.check_splits()  # finite, non-empty and disjoint splits before any fit
-    data_reference_record(plan.task, plan.options)  # also probes every metric on real data
+    clock = prepare_data(plan)
     warn_budget(plan)
     try:
         fitted = fit(plan)
     except TrainingDiverged as exc:  # a failed run is recorded, not scored
         return write_record(plan.record_path, failed_record(plan, str(exc), clock))
-    fit_seconds = clock.seconds()
+    fit_seconds = time.perf_counter() - clock.t0
     sampled = measure(plan, fitted.method)
     result = evaluate_run(plan, fitted, sampled)
     return write_record(plan.record_path,
