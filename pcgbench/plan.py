@@ -197,23 +197,24 @@ def default_config_dict(task: str, method: str, preset: str) -> dict[str, Any] |
     return json.loads(json.dumps(to_dict(config)))
 
 
-def _config_layers(task: Task, opts: RunOptions) -> tuple[type[Method], ConfigLayers, Any]:
-    """(method class, layers, resolved config), the config checked."""
+def _config_layers(task: Task, opts: RunOptions
+                   ) -> tuple[type[Method], ConfigLayers, Any, Any]:
+    """(method class, layers, resolved config, default config), the config checked."""
     method_cls = METHODS.get(opts.method)
     reason = method_cls.unsupported_reason(task)
     if reason:
         raise UnsupportedError(reason)
     layers = ConfigLayers.of(task, method_cls, opts.preset, user_overrides(opts))
-    config = layers.resolved()
+    config, default = layers.resolved(), layers.default()
     check_config(config)
-    check_backbone_modes(config, task, layers.default())
+    check_backbone_modes(config, task, default)
     method_cls.validate_config(config)
-    return method_cls, layers, config
+    return method_cls, layers, config, default
 
 
 def method_config(task: Task, opts: RunOptions) -> tuple[type[Method], Any]:
     """The method class and the config a run of ``opts`` uses (no network built)."""
-    method_cls, _, config = _config_layers(task, opts)
+    method_cls, _, config, _ = _config_layers(task, opts)
     return method_cls, config
 
 
@@ -457,7 +458,7 @@ def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = Non
     task = task if task is not None else build_task(opts)
     if planning:
         task.generation_allowed = False
-    method_cls, layers, config = _config_layers(task, opts)
+    method_cls, layers, config, default = _config_layers(task, opts)
     if planning:
         method: Any = _planned(task, opts, method_cls, config)
     else:
@@ -470,7 +471,6 @@ def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = Non
     entry = protocol_for(task.name, method_cls)
     protocol = {**entry.as_record(), "applied": bool(layers.protocol),
                 "overridden": sorted(set(opts.overrides) & set(entry.settings))}
-    default = layers.default()
     return RunPlan(options=opts, device=dev, root=root, task=task, method=method,
                    layers=layers, default=default, protocol=protocol, key=key,
                    record_extra=extra, record_path=path, checkpoint=ckpt,
