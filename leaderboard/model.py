@@ -1,10 +1,14 @@
-"""One table model behind every per-task output: :func:`task_table` builds a
-:class:`TaskTable` (means, spreads, seed counts, the paper's reported rows, the notes under
-the table and the lines after it) from run records; markdown, LaTeX, CSV and the HTML
-report only render it."""
+"""The table models every output renders (:mod:`pcgbench.leaderboard.render`).
+
+:func:`task_table` builds a :class:`TaskTable` (one task's means, spreads, seed counts, the
+paper's reported rows, the notes under the table and the lines after it) from run records;
+a multi-task table in a paper's layout (a suite, an ablation) is a :class:`LayoutTable`:
+its :class:`Grid` blocks of :class:`Cell` values and its long CSV frames.  Markdown, LaTeX,
+CSV and the HTML report only render these."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,3 +77,43 @@ def task_table(records: Iterable[Mapping[str, Any]], task: str, preset: str, *,
                      notes=table_notes(task, preset, shown, mean),
                      remarks=backbones + nonfinite_notes(mean)
                      + failed_notes(records, {task}, preset))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One value cell: ``value`` (NaN prints '–'), then `` ± spread`` unless ``spread`` is
+    None, then ``suffix`` (a mark or a seed count); ``text`` prints instead of the value
+    where set (a failed run's status, a non-finite metric's kind, a transcribed value as
+    printed); ``best``: bold."""
+
+    value: float = math.nan
+    spread: float | None = None
+    suffix: str = ""
+    text: str | None = None
+    best: bool = False
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One table as printed: ``title`` (a heading; for the paper's values, ``reported``, a
+    caption line), ``headers`` (the label columns' then the value columns', plain text),
+    ``rows`` of (labels, cells) and the ``notes`` under it.  ``verbatim``: cells print
+    unescaped in LaTeX (the suite and ablation layouts, whose gaps print as '–')."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]
+    notes: tuple[str, ...] = ()
+    reported: bool = False
+    verbatim: bool = False
+
+
+@dataclass(frozen=True)
+class LayoutTable:
+    """A multi-task table in a paper's layout (a suite, an ablation): ``blocks`` in print
+    order -- a :class:`Grid` per preset or group of runs, a line where datasets have no
+    records, the paper's values last -- and ``long``, its CSV form: one long frame per CSV
+    printed (the suite: one per preset)."""
+
+    blocks: tuple[Grid | str, ...]
+    long: tuple[pd.DataFrame, ...]

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
-from tabulate import tabulate
 
 from pcgbench.method import method_lineage
 from pcgbench.record import RunRecord, as_records
@@ -325,12 +324,10 @@ def best_column(mean: pd.DataFrame, row: str) -> str | None:
     return pick(contenders, key=contenders.get)
 
 
-def fmt_number(v: float) -> str:
-    """How every table prints a number (4 significant digits; '–' for missing)."""
-    return _fmt(v)
-
-
-def _fmt(v: float) -> str:
+def fmt_number(v: float | None) -> str:
+    """How every table prints a number: '–' for None or NaN, ``0``, scientific with 4
+    significant digits at or above 1e4 or below 1e-3 in magnitude, else 4 significant
+    digits (``inf`` and ``-inf`` as Python writes them)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if v == 0:
@@ -446,49 +443,6 @@ def long_frame(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
 
 
 REPORTED_CAPTION = "Reported in the paper (authors' data and GPU; not measured here)"
-
-
-def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], fmt: str,
-                 reported: pd.DataFrame | None = None, caption: str = "",
-                 notes: list[str] | None = None) -> str:
-    """Render as markdown ('md'), LaTeX ('latex') or CSV ('csv').  LaTeX is one float per
-    table (:func:`latex_float`: ``caption``, booktabs, names escaped, kept within the
-    text width, ``notes`` under the measured table); markdown and CSV leave the notes to
-    the caller."""
-    if fmt == "csv":
-        return to_csv(long_frame(mean, std, seeds, reported))
-    latex = fmt != "md"
-    esc = latex_escape if latex else md_escape
-    bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
-    cells = []
-    for row in mean.index:
-        best = best_column(mean, row)
-        line = [esc(row_label(row))]
-        for m in mean.columns:
-            s = esc(nonfinite_cell(mean, row, m) or _fmt(mean.loc[row, m]))
-            if not math.isnan(std.loc[row, m]):
-                s += (" ± " if fmt == "md" else " $\\pm$ ") + esc(_fmt(std.loc[row, m]))
-            loaded = (row, m) in mean.attrs.get("loaded", ())
-            s += esc(LOADED_MARK) if loaded and not math.isnan(mean.loc[row, m]) else ""
-            line.append(bold(s) if m == best else s)
-        cells.append(line)
-    headers = ["metric"] + [esc(f"{m} (n={seeds[m]})" if method_of(m) != "data"
-                                else m.replace("data", "data (reference)", 1))
-                            for m in mean.columns]
-    tablefmt = "pipe" if fmt == "md" else "latex_raw"
-    out = tabulate(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)
-    if latex:
-        out = latex_float(booktabs(out), caption or "Measured", notes or [])
-    if reported is not None:
-        rep_cells = [[esc(row_label(row))] + [esc(_fmt(reported.loc[row, m]))
-                                              for m in reported.columns]
-                     for row in reported.index]
-        rep = tabulate(rep_cells, headers=["metric"] + [esc(f"paper: {m}") for m in
-                                                        reported.columns],
-                       tablefmt=tablefmt, disable_numparse=True)
-        out += (f"\n\n{REPORTED_CAPTION}:\n\n{rep}" if not latex else
-                "\n\n" + latex_float(booktabs(rep), REPORTED_CAPTION))
-    return out
 
 
 #: the LaTeX packages every table needs (booktabs rules; graphicx scales wide tables)
