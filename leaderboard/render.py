@@ -20,17 +20,19 @@ from pcgbench.leaderboard.tables import (
     REPORTED_CAPTION,
     annotate_frame,
     best_column,
+    long_frame,
+    method_of,
+    nonfinite_cell,
+    row_label,
+)
+from pcgbench.leaderboard.text import (
     booktabs,
     fmt_number,
     latex_escape,
     latex_float,
-    long_frame,
     md_escape,
     md_text,
-    method_of,
-    nonfinite_cell,
     render_notes,
-    row_label,
     to_csv,
 )
 from pcgbench.log import printable
@@ -121,7 +123,7 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
                  reported: pd.DataFrame | None = None, caption: str = "",
                  notes: list[str] | None = None) -> str:
     """Render as markdown ('md'), LaTeX ('latex') or CSV ('csv').  LaTeX is one float per
-    table (:func:`~pcgbench.leaderboard.tables.latex_float`: ``caption``, booktabs, names
+    table (:func:`~pcgbench.leaderboard.text.latex_float`: ``caption``, booktabs, names
     escaped, kept within the text width, ``notes`` under the measured table); markdown and
     CSV leave the notes to the caller."""
     if fmt == "csv":
@@ -135,7 +137,7 @@ def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], f
 
 def table_markdown(table: TaskTable) -> str:
     """A heading, the table with its notes, then one paragraph per remark (names and
-    notes escaped as the table's cells: :func:`~pcgbench.leaderboard.tables.md_text`)."""
+    notes escaped as the table's cells: :func:`~pcgbench.leaderboard.text.md_text`)."""
     body = (format_table(table.mean, table.std, table.seeds, "md", table.reported)
             + render_notes(table.notes, "md"))
     return "\n".join([f"\n## {md_text(table.task)} (preset {md_text(table.preset)})\n", body,
