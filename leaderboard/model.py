@@ -2,24 +2,31 @@
 
 :func:`task_table` builds a :class:`TaskTable` (one task's means, spreads, seed counts, the
 paper's reported rows, the notes under the table and the lines after it) from run records;
-a multi-task table in a paper's layout (a suite, an ablation) is a :class:`LayoutTable`:
-its :class:`Grid` blocks of :class:`Cell` values and its long CSV frames.  Markdown, LaTeX,
-CSV and the HTML report only render these."""
+a table as printed is a :class:`Grid` of :class:`Cell` values (a task table's:
+:func:`measured_grid`, :func:`reported_grid`); a multi-task table in a paper's layout (a
+suite, an ablation) is a :class:`LayoutTable`: its grids and its long CSV frames.
+Markdown, LaTeX, CSV and the HTML report only render these."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from pcgbench.leaderboard.tables import (
+    LOADED_MARK,
+    REPORTED_CAPTION,
     backbone_notes,
+    best_column,
     failed_notes,
     group_records,
+    method_of,
+    nonfinite_cell,
     nonfinite_notes,
+    row_label,
     select,
     summary_frame,
     table_notes,
@@ -117,3 +124,34 @@ class LayoutTable:
 
     blocks: tuple[Grid | str, ...]
     long: tuple[pd.DataFrame, ...]
+
+
+def measured_grid(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
+                  title: str = "Measured", notes: Sequence[str] = (),
+                  nonfinite: bool = True) -> Grid:
+    """Metric rows x method columns (``mean ± std``, ``LOADED_MARK`` on a timing cell
+    measured under load, the best per row: :func:`best_column`); ``nonfinite``: a NaN/Inf
+    metric shows its kind (the HTML report shows '–')."""
+    rows = []
+    for row in mean.index:
+        best = best_column(mean, row)
+        cells = []
+        for m in mean.columns:
+            value, spread = mean.loc[row, m], std.loc[row, m]
+            loaded = (row, m) in mean.attrs.get("loaded", ()) and not math.isnan(value)
+            cells.append(Cell(value, None if math.isnan(spread) else spread,
+                              LOADED_MARK if loaded else "",
+                              nonfinite_cell(mean, row, m) if nonfinite else None, m == best))
+        rows.append(((row_label(row),), tuple(cells)))
+    headers = ["metric"] + [f"{m} (n={seeds[m]})" if method_of(m) != "data"
+                            else m.replace("data", "data (reference)", 1)
+                            for m in mean.columns]
+    return Grid(title, tuple(headers), tuple(rows), tuple(notes))
+
+
+def reported_grid(reported: pd.DataFrame, label: Callable[[str], str] = row_label) -> Grid:
+    """The paper's rows (``label``: a row's name) x its method columns."""
+    rows = tuple(((label(r),), tuple(Cell(reported.loc[r, m]) for m in reported.columns))
+                 for r in reported.index)
+    return Grid(REPORTED_CAPTION, ("metric", *(f"paper: {m}" for m in reported.columns)),
+                rows, reported=True)

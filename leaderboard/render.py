@@ -8,23 +8,20 @@ three text formats.  No other module formats a table."""
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Callable, Sequence
 
 import pandas as pd
 from tabulate import tabulate
 
-from pcgbench.leaderboard.model import Cell, Grid, LayoutTable, TaskTable
-from pcgbench.leaderboard.tables import (
-    LOADED_MARK,
-    REPORTED_CAPTION,
-    annotate_frame,
-    best_column,
-    long_frame,
-    method_of,
-    nonfinite_cell,
-    row_label,
+from pcgbench.leaderboard.model import (
+    Cell,
+    Grid,
+    LayoutTable,
+    TaskTable,
+    measured_grid,
+    reported_grid,
 )
+from pcgbench.leaderboard.tables import REPORTED_CAPTION, annotate_frame, long_frame
 from pcgbench.leaderboard.text import (
     booktabs,
     fmt_number,
@@ -86,37 +83,6 @@ def grid_html(grid: Grid, css_class: str) -> str:
         for labels, cells in grid.rows)
     return (f'<table class="{css_class}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{rows}</tbody></table>")
-
-
-def measured_grid(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
-                  title: str = "Measured", notes: Sequence[str] = (),
-                  nonfinite: bool = True) -> Grid:
-    """Metric rows x method columns (``mean ± std``, ``LOADED_MARK`` on a timing cell
-    measured under load, the best per row: :func:`best_column`); ``nonfinite``: a NaN/Inf
-    metric shows its kind (the HTML report shows '–')."""
-    rows = []
-    for row in mean.index:
-        best = best_column(mean, row)
-        cells = []
-        for m in mean.columns:
-            value, spread = mean.loc[row, m], std.loc[row, m]
-            loaded = (row, m) in mean.attrs.get("loaded", ()) and not math.isnan(value)
-            cells.append(Cell(value, None if math.isnan(spread) else spread,
-                              LOADED_MARK if loaded else "",
-                              nonfinite_cell(mean, row, m) if nonfinite else None, m == best))
-        rows.append(((row_label(row),), tuple(cells)))
-    headers = ["metric"] + [f"{m} (n={seeds[m]})" if method_of(m) != "data"
-                            else m.replace("data", "data (reference)", 1)
-                            for m in mean.columns]
-    return Grid(title, tuple(headers), tuple(rows), tuple(notes))
-
-
-def reported_grid(reported: pd.DataFrame, label: Callable[[str], str] = row_label) -> Grid:
-    """The paper's rows (``label``: a row's name) x its method columns."""
-    rows = tuple(((label(r),), tuple(Cell(reported.loc[r, m]) for m in reported.columns))
-                 for r in reported.index)
-    return Grid(REPORTED_CAPTION, ("metric", *(f"paper: {m}" for m in reported.columns)),
-                rows, reported=True)
 
 
 def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], fmt: str,
