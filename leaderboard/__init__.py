@@ -1,10 +1,10 @@
 """Turning stored run records into paper-style tables."""
 
 from pcgbench.leaderboard.records import load_records
+from pcgbench.leaderboard.render import format_table
 from pcgbench.leaderboard.tables import (
     backbone_notes,
     failed_notes,
-    format_table,
     group_records,
     long_frame,
     select,

@@ -24,22 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from tabulate import tabulate
 
 from pcgbench.errors import PcgError
-from pcgbench.leaderboard.tables import (
-    REPORTED_CAPTION,
-    _fmt,
-    booktabs,
-    is_ok,
-    latex_escape,
-    latex_float,
-    md_escape,
-    md_text,
-    render_notes,
-    status_of,
-    to_csv,
-)
+from pcgbench.leaderboard.model import Cell, Grid, LayoutTable
+from pcgbench.leaderboard.render import layout_text
+from pcgbench.leaderboard.tables import REPORTED_CAPTION, is_ok, status_of
 from pcgbench.paper.reported import reported_csv
 from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import TASKS
@@ -277,14 +266,12 @@ def floors(records: Iterable[Mapping[str, Any]], layout: AblationLayout
     return out
 
 
-def _floor_cell(floor: tuple[float, float | None, int | None] | None, fmt: str) -> str:
+def _floor_cell(floor: tuple[float, float | None, int | None] | None) -> Cell:
     if floor is None:
-        return "–"
+        return Cell(text="–")
     v, sd, draws = floor
-    s = _fmt(v)
-    if sd is not None:
-        s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(sd)
-    return s + (f" ({draws} draws)" if isinstance(draws, int) and draws > 1 else " (val split)")
+    return Cell(v, sd, f" ({draws} draws)" if isinstance(draws, int) and draws > 1
+                else " (val split)")
 
 
 def failed_cells(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
@@ -353,32 +340,30 @@ def _columns(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
     return [v for v in layout.values if v in seen] + sorted(seen - set(layout.values))
 
 
-def _cell(vals: list[float], fmt: str) -> str:
-    s = _fmt(statistics.fmean(vals))
-    if len(vals) > 1:
-        s += (" ± " if fmt == "md" else " $\\pm$ ") + _fmt(statistics.stdev(vals))
-        s += f" (n={len(vals)})"
-    return s
+def _cell(vals: list[float], best: bool) -> Cell:
+    """mean, and over two or more seeds ± their spread (n=seeds)."""
+    many = len(vals) > 1
+    return Cell(statistics.fmean(vals), statistics.stdev(vals) if many else None,
+                f" (n={len(vals)})" if many else "", best=best)
 
 
 def _measured_rows(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
-                   columns: list[str], fmt: str,
-                   failed: dict[tuple[str, str], str] | None = None,
-                   floor: dict[str, tuple[float, float | None, int | None]] | None = None
-                   ) -> list[list[str]]:
-    bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
-    failed = failed or {}
+                   columns: list[str], failed: dict[tuple[str, str], str],
+                   floor: dict[str, tuple[float, float | None, int | None]]
+                   ) -> tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]:
+    """A row per benchmark with a run: a cell per column (a failed cell's status, '–'
+    without runs; the lowest mean bold), then the data reference."""
     rows = []
     for task, name, _ in layout.benchmarks:
         means = {v: statistics.fmean(cells[(task, v)]) for v in columns if (task, v) in cells}
         if not means and not any((task, v) in failed for v in columns):
             continue
         best = min(means, key=means.get) if len(means) > 1 else None
-        rows.append([name] + [(failed.get((task, v), "–") if v not in means else
-                               bold(_cell(cells[(task, v)], fmt)) if v == best
-                               else _cell(cells[(task, v)], fmt)) for v in columns]
-                    + ([_floor_cell(floor.get(task), fmt)] if floor is not None else []))
-    return rows
+        rows.append(((name,), tuple(
+            _cell(cells[(task, v)], v == best) if v in means
+            else Cell(text=failed.get((task, v), "–")) for v in columns)
+            + (_floor_cell(floor.get(task)),)))
+    return tuple(rows)
 
 
 def reported_frame(layout: AblationLayout) -> pd.DataFrame:
@@ -393,8 +378,10 @@ def reported_frame(layout: AblationLayout) -> pd.DataFrame:
     return table.loc[rows, [v for v in layout.values if v in table.columns]]
 
 
-def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
-         captions: dict | None = None, floor: dict | None = None) -> str:
+def _long(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
+          captions: dict | None = None, floor: dict | None = None) -> pd.DataFrame:
+    """Every table as long rows (the CSV form): the data reference of the benchmarks
+    shown, each group's cells, then the paper's values where ``reported`` is given."""
     names = {t: n for t, n, _ in layout.benchmarks}
     long = []
     shown = {(p, t) for (p, _, _), cells in groups.items() for t, _ in cells}
@@ -426,14 +413,15 @@ def _csv(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
                              "mean": reported.loc[b, v], "std": float("nan"), "seeds": None,
                              "source": "paper", "data": REPORTED_CAPTION})
     frame = pd.DataFrame(long)
-    frame["seeds"] = frame["seeds"].astype("Int64")
-    return to_csv(frame)
+    if not frame.empty:  # a table of failed cells only has no rows
+        frame["seeds"] = frame["seeds"].astype("Int64")
+    return frame
 
 
-def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = "md",
-                    preset: str | None = None, reported: bool = True) -> str:
-    """The ablation table(s) (one per preset and set of other changes) as markdown
-    ('md'), LaTeX ('latex') or CSV ('csv'), then the paper's reported values."""
+def ablation_table(records: Iterable[Mapping[str, Any]], name: str,
+                   preset: str | None = None, reported: bool = True) -> LayoutTable:
+    """The ablation's table(s), one per preset, device kind and set of other changes
+    (:data:`Group`), then the paper's reported values; a :class:`PcgError` without runs."""
     records = as_records(records)
     layout = ablation_layout(name)
     groups = collect(records, layout, preset)
@@ -447,28 +435,18 @@ def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = 
                        f"`pcgbench run --method {layout.method} --set "
                        f"{layout.field}=...` first")
     rep = reported_frame(layout) if reported else None
-    if fmt == "csv":
-        return _csv(groups, layout, rep, extras_caption(records, layout, preset),
-                    floors(records, layout))
-    tablefmt = "pipe" if fmt == "md" else "latex_raw"
-    esc = latex_escape if fmt == "latex" else md_escape
     captions = extras_caption(records, layout, preset)
-    out = []
     floor = floors(records, layout)
+    blocks: list[Grid | str] = []
     for group, cells in sorted(groups.items(), key=_sort_key):
         p, kind, rest = group
         columns = _columns(cells, layout, failed.get(group))
-        title = (f"## ablation {name}: {layout.metric} (preset {p}"
+        title = (f"ablation {name}: {layout.metric} (preset {p}"
                  + (f", on {kind}" if kind != "cpu" else "")
                  + (f", also {rest}" if rest else "") + ")")
-        if fmt != "latex":  # names from the records, as the table's cells
-            title = md_text(title)
         here = {t: f for (fp, t), f in floor.items() if fp == p}
-        table = tabulate(_measured_rows(cells, layout, columns, fmt, failed.get(group), here),
-                         headers=[esc(h) for h in ["benchmark"] + [
-                             f"{layout.method_label}-{column_label(v)}" for v in columns]
-                             + ["data (reference)"]],
-                         tablefmt=tablefmt, disable_numparse=True)
+        headers = (["benchmark"] + [f"{layout.method_label}-{column_label(v)}" for v in columns]
+                   + ["data (reference)"])
         notes = [captions[group]] if captions.get(group) else []
         if (borrowed := layout.borrowing_change(rest)) is not None:
             notes.append(f"Also {borrowed.name}: {borrowed.description}; "
@@ -483,21 +461,25 @@ def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = 
         notes += [f"data ({name}): {TASKS.get(task).provenance(p)}"
                   for task, name, _ in layout.benchmarks
                   if task in TASKS and any(t == task for t, _ in cells)]
-        out.append(latex_float(booktabs(table), title[3:], notes) if fmt == "latex"
-                   else f"{title}\n\n{table}" + render_notes(notes, fmt))
+        blocks.append(Grid(title, tuple(headers),
+                           _measured_rows(cells, layout, columns, failed.get(group, {}), here),
+                           tuple(notes), verbatim=True))
     if rep is not None:
         names = {b: n for _, n, b in layout.benchmarks}
-        title = ("Reported in the paper (energy distance; authors' data and GPU; not "
-                 "measured here):")
-        bold = (lambda x: f"**{x}**") if fmt == "md" else (lambda x: f"\\textbf{{{x}}}")
         rows = []
         for b in rep.index:  # values as transcribed; the row's lowest in bold, as printed
             best = rep.loc[b].idxmin()
-            rows.append([names[b]] + [bold(f"{rep.loc[b, v]:.6g}") if v == best
-                                      else f"{rep.loc[b, v]:.6g}" for v in rep.columns])
-        table = tabulate(rows, headers=[esc(h) for h in ["benchmark"] + [
-            f"paper: {layout.method_label}-{column_label(v)}" for v in rep.columns]],
-            tablefmt=tablefmt, disable_numparse=True)
-        out.append(latex_float(booktabs(table), title.rstrip(":")) if fmt == "latex"
-                   else f"{title}\n\n{table}")
-    return "\n\n".join(out)
+            rows.append(((names[b],), tuple(Cell(text=f"{rep.loc[b, v]:.6g}", best=v == best)
+                                            for v in rep.columns)))
+        blocks.append(Grid("Reported in the paper (energy distance; authors' data and GPU; "
+                           "not measured here)",
+                           ("benchmark", *(f"paper: {layout.method_label}-{column_label(v)}"
+                                           for v in rep.columns)),
+                           tuple(rows), reported=True, verbatim=True))
+    return LayoutTable(tuple(blocks), (_long(groups, layout, rep, captions, floor),))
+
+
+def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = "md",
+                    preset: str | None = None, reported: bool = True) -> str:
+    """:func:`ablation_table` as markdown ('md'), LaTeX ('latex') or CSV ('csv')."""
+    return layout_text(ablation_table(records, name, preset, reported), fmt)

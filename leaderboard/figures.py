@@ -72,7 +72,7 @@ def _log_axis(ax: Any, which: str, values: list[float]) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _spectrum(x: np.ndarray, c: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def radial_spectrum(x: np.ndarray, c: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Radially averaged power of channel ``c`` over the last (up to 2) spatial axes, mean
     over samples: (|k| shells, power)."""
     a = x[:, c]
@@ -214,11 +214,11 @@ def spectrum_figure(reference: np.ndarray | None, saved: Mapping[str, dict[str, 
         return None
     fig, axes = _channel_axes(reference.shape[1])
     for c, ax in enumerate(axes):
-        k, p = _spectrum(reference, c)
+        k, p = radial_spectrum(reference, c)
         ax.loglog(k, p, "k", lw=2, label="reference")
         for m, s in saved.items():
             if np.isfinite(s["samples"]).all():
-                k, p = _spectrum(s["samples"], c)
+                k, p = radial_spectrum(s["samples"], c)
                 ax.loglog(k, p, lw=1, label=m)
         ax.set_xlabel("|k|")
         ax.set_ylabel(f"power ({channels[c]})")

@@ -1,21 +1,32 @@
-"""One table model behind every per-task output: :func:`task_table` builds a
-:class:`TaskTable` (means, spreads, seed counts, the paper's reported rows, the notes under
-the table and the lines after it) from run records; markdown, LaTeX, CSV and the HTML
-report only render it."""
+"""The table models every output renders (:mod:`pcgbench.leaderboard.render`).
+
+:func:`task_table` builds a :class:`TaskTable` (one task's means, spreads, seed counts, the
+paper's reported rows, the notes under the table and the lines after it) from run records;
+a table as printed is a :class:`Grid` of :class:`Cell` values (a task table's:
+:func:`measured_grid`, :func:`reported_grid`); a multi-task table in a paper's layout (a
+suite, an ablation) is a :class:`LayoutTable`: its grids and its long CSV frames.
+Markdown, LaTeX, CSV and the HTML report only render these."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from pcgbench.leaderboard.tables import (
+    LOADED_MARK,
+    REPORTED_CAPTION,
     backbone_notes,
+    best_column,
     failed_notes,
     group_records,
+    method_of,
+    nonfinite_cell,
     nonfinite_notes,
+    row_label,
     select,
     summary_frame,
     table_notes,
@@ -73,3 +84,74 @@ def task_table(records: Iterable[Mapping[str, Any]], task: str, preset: str, *,
                      notes=table_notes(task, preset, shown, mean),
                      remarks=backbones + nonfinite_notes(mean)
                      + failed_notes(records, {task}, preset))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One value cell: ``value`` (NaN prints '–'), then `` ± spread`` unless ``spread`` is
+    None, then ``suffix`` (a mark or a seed count); ``text`` prints instead of the value
+    where set (a failed run's status, a non-finite metric's kind, a transcribed value as
+    printed); ``best``: bold."""
+
+    value: float = math.nan
+    spread: float | None = None
+    suffix: str = ""
+    text: str | None = None
+    best: bool = False
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One table as printed: ``title`` (a heading; for the paper's values, ``reported``, a
+    caption line), ``headers`` (the label columns' then the value columns', plain text),
+    ``rows`` of (labels, cells) and the ``notes`` under it.  ``verbatim``: cells print
+    unescaped in LaTeX (the suite and ablation layouts, whose gaps print as '–')."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]
+    notes: tuple[str, ...] = ()
+    reported: bool = False
+    verbatim: bool = False
+
+
+@dataclass(frozen=True)
+class LayoutTable:
+    """A multi-task table in a paper's layout (a suite, an ablation): ``blocks`` in print
+    order -- a :class:`Grid` per preset or group of runs, a line where datasets have no
+    records, the paper's values last -- and ``long``, its CSV form: one long frame per CSV
+    printed (the suite: one per preset)."""
+
+    blocks: tuple[Grid | str, ...]
+    long: tuple[pd.DataFrame, ...]
+
+
+def measured_grid(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
+                  title: str = "Measured", notes: Sequence[str] = (),
+                  nonfinite: bool = True) -> Grid:
+    """Metric rows x method columns (``mean ± std``, ``LOADED_MARK`` on a timing cell
+    measured under load, the best per row: :func:`best_column`); ``nonfinite``: a NaN/Inf
+    metric shows its kind (the HTML report shows '–')."""
+    rows = []
+    for row in mean.index:
+        best = best_column(mean, row)
+        cells = []
+        for m in mean.columns:
+            value, spread = mean.loc[row, m], std.loc[row, m]
+            loaded = (row, m) in mean.attrs.get("loaded", ()) and not math.isnan(value)
+            cells.append(Cell(value, None if math.isnan(spread) else spread,
+                              LOADED_MARK if loaded else "",
+                              nonfinite_cell(mean, row, m) if nonfinite else None, m == best))
+        rows.append(((row_label(row),), tuple(cells)))
+    headers = ["metric"] + [f"{m} (n={seeds[m]})" if method_of(m) != "data"
+                            else m.replace("data", "data (reference)", 1)
+                            for m in mean.columns]
+    return Grid(title, tuple(headers), tuple(rows), tuple(notes))
+
+
+def reported_grid(reported: pd.DataFrame, label: Callable[[str], str] = row_label) -> Grid:
+    """The paper's rows (``label``: a row's name) x its method columns."""
+    rows = tuple(((label(r),), tuple(Cell(reported.loc[r, m]) for m in reported.columns))
+                 for r in reported.index)
+    return Grid(REPORTED_CAPTION, ("metric", *(f"paper: {m}" for m in reported.columns)),
+                rows, reported=True)

@@ -11,37 +11,25 @@ from __future__ import annotations
 import base64
 import html
 import io
-import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from pcgbench.leaderboard import (
-    group_records,
-)
-from pcgbench.leaderboard.figures import (  # noqa: F401 - axis_names, plane: public helpers
-    _spectrum,
-    axis_names,
+from pcgbench.leaderboard.figures import (
     cost_figure,
     histogram_figure,
     loss_figure,
-    plane,
     qr_figure,
     residual_figure,
     sample_grid_figure,
     spectrum_figure,
 )
-from pcgbench.leaderboard.tables import (
-    LOADED_MARK,
-    best_column,
-    fmt_number,
-    method_of,
-    row_label,
-)
+from pcgbench.leaderboard.model import task_table
+from pcgbench.leaderboard.render import table_html
+from pcgbench.leaderboard.tables import group_records, method_of
 from pcgbench.log import printable
 from pcgbench.record import RunRecord
 from pcgbench.registry import TASKS
@@ -92,41 +80,6 @@ def _figure(draw: Callable[[], Any], caption: str, wide: bool = False) -> str:
     cls = ' class="wide"' if wide else ""
     return (f'<figure{cls}><img alt="{html.escape(caption)}" src="data:image/png;base64,'
             f'{_png(fig)}"><figcaption>{html.escape(caption)}</figcaption></figure>')
-
-
-def table_html(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
-               reported: pd.DataFrame | None) -> str:
-    head = "".join(f"<th>{html.escape(_col(m, seeds))}</th>" for m in mean.columns)
-    rows = []
-    for row in mean.index:
-        best = best_column(mean, row)
-        cells = []
-        for m in mean.columns:
-            s = fmt_number(mean.loc[row, m])
-            if not math.isnan(std.loc[row, m]):
-                s += " ± " + fmt_number(std.loc[row, m])
-            loaded = (row, m) in mean.attrs.get("loaded", ())
-            s += LOADED_MARK if loaded and not math.isnan(mean.loc[row, m]) else ""
-            cls = ' class="best"' if m == best else ""
-            cells.append(f"<td{cls}>{html.escape(s)}</td>")
-        rows.append(f"<tr><td>{html.escape(row_label(row))}</td>{''.join(cells)}</tr>")
-    out = (f'<table class="leaderboard"><thead><tr><th>metric</th>{head}</tr></thead>'
-           f"<tbody>{''.join(rows)}</tbody></table>")
-    if reported is not None and not reported.empty:
-        rhead = "".join(f"<th>paper: {html.escape(m)}</th>" for m in reported.columns)
-        rrows = "".join(
-            f"<tr><td>{html.escape(r)}</td>"
-            + "".join(f"<td>{html.escape(fmt_number(reported.loc[r, m]))}</td>"
-                      for m in reported.columns) + "</tr>" for r in reported.index)
-        out += ("<p>Reported in the paper (authors' data and GPU; not measured here):</p>"
-                f'<table class="reported"><thead><tr><th>metric</th>{rhead}</tr></thead>'
-                f"<tbody>{rrows}</tbody></table>")
-    return out
-
-
-def _col(m: str, seeds: dict[str, int]) -> str:
-    return m.replace("data", "data (reference)", 1) if method_of(m) == "data" \
-        else f"{m} (n={seeds[m]})"
 
 
 def _samples_file_problem(path: str) -> str | None:
@@ -185,14 +138,12 @@ def _samples(record: Mapping[str, Any], problems: list[str] | None = None
 
 def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]],
                  records: list[RunRecord]) -> str:
-    from pcgbench.leaderboard.model import task_table
-
     order = tuple(TASKS.get(task).metrics) if task in TASKS else ()
     table = task_table(records, task, preset, groups={(task, preset): by_method})
     assert table is not None
-    mean, std, seeds, reported = table.mean, table.std, table.seeds, table.reported
+    mean = table.mean
     parts = [f'<h2 id="{html.escape(task)}-{html.escape(preset)}">{html.escape(task)} '
-             f"(preset {html.escape(preset)})</h2>", table_html(mean, std, seeds, reported)]
+             f"(preset {html.escape(preset)})</h2>", table_html(table)]
     for line in table.notes + table.remarks:
         parts.append(f'<p class="note">{html.escape(line)}</p>')
     methods = [m for m in mean.columns if method_of(m) != "data"]

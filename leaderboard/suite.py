@@ -19,21 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from tabulate import tabulate
 
 from pcgbench.errors import PcgError
-from pcgbench.leaderboard.tables import (
-    REPORTED_CAPTION,
-    _fmt,
-    booktabs,
-    group_records,
-    latex_escape,
-    latex_float,
-    md_escape,
-    render_notes,
-    summary_frame,
-    to_csv,
-)
+from pcgbench.leaderboard.model import Cell, Grid, LayoutTable
+from pcgbench.leaderboard.render import layout_text
+from pcgbench.leaderboard.tables import REPORTED_CAPTION, group_records, summary_frame
 from pcgbench.paper.reported import method_key, method_label, reported_csv
 from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import METRICS, TASKS
@@ -172,31 +162,30 @@ def _seed_header(m: str, counts: list[int]) -> str:
     return f"{m} (n={lo})" if lo == hi else f"{m} (n={lo}-{hi})"
 
 
-def _rows(mean: pd.DataFrame, std: pd.DataFrame | None, fmt: str, skip: frozenset[str]
-          ) -> list[list[str]]:
-    bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
-    pm = " ± " if fmt == "md" else " $\\pm$ "
-    cells, last = [], None
+def _grid_rows(mean: pd.DataFrame, std: pd.DataFrame | None, skip: frozenset[str]
+               ) -> tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]:
+    """Rows (dataset named on its first row only, metric) of cells ``mean ± std``, the
+    lowest of the columns not in ``skip`` bold where two or more have a value."""
+    rows, last = [], None
     for key in mean.index:
         vals = {m: float(mean.loc[key, m]) for m in mean.columns if m not in skip}
         finite = [v for v in vals.values() if not math.isnan(v)]
         best = min(finite) if len(finite) > 1 else None
-        line = [key[0] if key[0] != last else "", key[1]]
-        if fmt == "latex":
-            line = [latex_escape(c) for c in line]
-        last = key[0]
+        cells = []
         for m in mean.columns:
             v = float(mean.loc[key, m])
-            s = _fmt(v)
-            if std is not None and not math.isnan(float(std.loc[key, m])):
-                s += pm + _fmt(float(std.loc[key, m]))
-            line.append(bold(s) if best is not None and m in vals and v == best else s)
-        cells.append(line)
-    return cells
+            sd = float(std.loc[key, m]) if std is not None else math.nan
+            cells.append(Cell(v, None if math.isnan(sd) else sd,
+                              best=best is not None and m in vals and v == best))
+        rows.append(((key[0] if key[0] != last else "", key[1]), tuple(cells)))
+        last = key[0]
+    return tuple(rows)
 
 
-def _csv(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
-         reported: pd.DataFrame | None, layout: SuiteLayout, preset: str) -> str:
+def _long(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
+          reported: pd.DataFrame | None, layout: SuiteLayout, preset: str) -> pd.DataFrame:
+    """One preset's table as long rows in our units (the CSV form), the paper's values
+    after them where ``reported`` is given."""
     names = {row_label(m): m for m in ROWS}
     provenance = {name: TASKS.get(t).provenance(preset) for t, name in layout.datasets
                   if t in TASKS}
@@ -220,53 +209,48 @@ def _csv(mean: pd.DataFrame, std: pd.DataFrame, counts: dict[str, list[int]],
                          "seeds": None, "source": "paper", "data": REPORTED_CAPTION})
     frame = pd.DataFrame(long)
     frame["seeds"] = frame["seeds"].astype("Int64")
-    return to_csv(frame)
+    return frame
 
 
-def render_suite(records: Iterable[Mapping[str, Any]], suite: str, fmt: str = "md",
-                 preset: str | None = None, reported: bool = True) -> str:
-    """The suite table(s) of every preset with records (or ``preset``) as markdown
-    ('md'), LaTeX ('latex') or CSV ('csv'), followed by the paper's reported values."""
+def suite_table(records: Iterable[Mapping[str, Any]], suite: str, preset: str | None = None,
+                reported: bool = True) -> LayoutTable:
+    """The suite's table of every preset with records (or ``preset``), a line naming the
+    datasets without records at it, then the paper's reported values; a
+    :class:`PcgError` without any record."""
     records = as_records(records)
     layout = suite_layout(suite)
     tasks = {t for t, _ in layout.datasets}
     presets = sorted({r.preset for r in records if r.task in tasks}
                      if preset is None else {preset})
     rep = reported_suite(layout) if reported else None
-    out: list[str] = []
-    found = False
-    tablefmt = "pipe" if fmt == "md" else "latex_raw"
+    blocks: list[Grid | str] = []
+    long: list[pd.DataFrame] = []
     for p in presets:
         mean, std, counts, missing = suite_frames(records, layout, p)
         if mean.empty:
             continue
-        found = True
-        if fmt == "csv":
-            out.append(_csv(mean, std, counts, rep if not out else None, layout, p))
-            continue
+        long.append(_long(mean, std, counts, rep if not long else None, layout, p))
         headers = ["dataset", "metric"] + [_seed_header(m, counts[m]) for m in mean.columns]
-        title = f"## suite {suite} (preset {p})"
-        table = tabulate(_rows(mean, std, fmt, frozenset({"data"})),
-                         headers=[(latex_escape if fmt == "latex" else md_escape)(h)
-                                  for h in headers], tablefmt=tablefmt, disable_numparse=True)
         notes = [f"data ({name}): {TASKS.get(t).provenance(p)}" for t, name in layout.datasets
                  if t in TASKS]
-        out.append(latex_float(booktabs(table), title[3:], notes) if fmt == "latex"
-                   else f"{title}\n\n{table}" + render_notes(notes, fmt))
+        blocks.append(Grid(f"suite {suite} (preset {p})", tuple(headers),
+                           _grid_rows(mean, std, frozenset({"data"})), tuple(notes),
+                           verbatim=True))
         if missing:
-            out.append(f"no records at preset {p} for: {', '.join(missing)}"
-                       if fmt == "md" else f"% no records at preset {p} for: "
-                       + ", ".join(missing))
-    if not found:
+            blocks.append(f"no records at preset {p} for: {', '.join(missing)}")
+    if not long:
         raise PcgError(f"no run records for suite {suite!r}"
                        + (f" at preset {preset!r}" if preset else "")
                        + f" (tasks: {', '.join(sorted(tasks))})")
-    if rep is not None and fmt != "csv":
-        title = ("Reported in the paper (authors' data and GPU; FPD uses the pretrained "
-                 "Poseidon-B encoder; not measured here):")
-        table = tabulate(_rows(rep, None, fmt, frozenset()),
-                         headers=["dataset", "metric"] + [f"paper: {m}" for m in rep.columns],
-                         tablefmt=tablefmt, disable_numparse=True)
-        out.append(latex_float(booktabs(table), title.rstrip(":")) if fmt == "latex"
-                   else f"{title}\n\n{table}")
-    return "\n\n".join(out)
+    if rep is not None:
+        blocks.append(Grid("Reported in the paper (authors' data and GPU; FPD uses the "
+                           "pretrained Poseidon-B encoder; not measured here)",
+                           ("dataset", "metric", *(f"paper: {m}" for m in rep.columns)),
+                           _grid_rows(rep, None, frozenset()), reported=True, verbatim=True))
+    return LayoutTable(tuple(blocks), tuple(long))
+
+
+def render_suite(records: Iterable[Mapping[str, Any]], suite: str, fmt: str = "md",
+                 preset: str | None = None, reported: bool = True) -> str:
+    """:func:`suite_table` as markdown ('md'), LaTeX ('latex') or CSV ('csv')."""
+    return layout_text(suite_table(records, suite, preset, reported), fmt)

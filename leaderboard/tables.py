@@ -1,5 +1,7 @@
-"""Paper-style tables from run records: metric rows x method columns, mean ± std over
-seeds, best bolded (the ``data`` reference column is never bolded)."""
+"""Per-task tables' data from run records: which records count (status, staleness,
+column identity, latest per seed), metric rows x method columns of means, spreads and seed
+counts (best per row: the data reference column never is), and the notes a table carries.
+Text is :mod:`pcgbench.leaderboard.render`'s job."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
-from tabulate import tabulate
 
 from pcgbench.method import method_lineage
 from pcgbench.record import RunRecord, as_records
@@ -325,100 +326,6 @@ def best_column(mean: pd.DataFrame, row: str) -> str | None:
     return pick(contenders, key=contenders.get)
 
 
-def fmt_number(v: float) -> str:
-    """How every table prints a number (4 significant digits; '–' for missing)."""
-    return _fmt(v)
-
-
-def _fmt(v: float) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if v == 0:
-        return "0"
-    if abs(v) >= 1e4 or abs(v) < 1e-3:
-        return f"{v:.3e}"
-    return f"{v:.4g}"
-
-
-_LATEX_SPECIAL = {"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
-                  "\\": r"\textbackslash{}", "{": r"\{", "}": r"\}",
-                  "^": r"\textasciicircum{}", "~": r"\textasciitilde{}"}
-#: the non-ASCII characters tables and notes print, as text pdflatex sets (its utf8 input
-#: encoding leaves e.g. the dagger undefined)
-_LATEX_SPECIAL.update({"†": r"$^{\dagger}$", "–": "--", "—": "---", "±": r"$\pm$",
-                       "×": r"$\times$", "≤": r"$\leq$", "≥": r"$\geq$", "→": r"$\to$",
-                       "≈": r"$\approx$", "ν": r"$\nu$", "²": r"\textsuperscript{2}",
-                       "³": r"\textsuperscript{3}", "·": r"$\cdot$", "−": "-",
-                       # the default OT1 font sets these as other glyphs (¡ ¿ —)
-                       "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"})
-
-
-def latex_escape(text: str) -> str:
-    """A plain-text cell (method, variant, metric and file names) as LaTeX text: every
-    special character escaped (``\\ { } ^ ~ _ % & # $``) and control characters written
-    out, so a name cannot run a command (``\\input``) or break the table."""
-    from pcgbench.log import printable
-
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in printable(text))
-
-
-#: markdown characters that format wherever they stand (a backslash first: it escapes)
-_MD_ALWAYS = frozenset("\\`*~")
-#: what after ``<`` makes a closing tag, a comment, a declaration or an instruction
-_MD_TAG_MARKS = frozenset("/!?")
-
-
-def md_text(text: str) -> str:
-    """Plain text (a name, a note) as markdown that renders as that text: control
-    characters written out (:func:`pcgbench.log.printable`), and every character that
-    could format, link or inject HTML backslash-escaped -- ``\\ ` * ~`` always, ``_``
-    except inside a word (``fm_ot`` stays as typed: it cannot emphasise there), ``<``
-    where it could open a tag, comment or autolink (``<script>``, ``<img``, ``</``,
-    ``<!``), ``&`` where it could start an entity, and the ``(`` of a link ``](`` -- so a
-    method, variant, data-file or device name prints as itself, as in the HTML report."""
-    from pcgbench.log import printable
-
-    text = printable(text)
-    out = []
-    for i, ch in enumerate(text):
-        before = text[i - 1] if i else ""
-        after = text[i + 1] if i + 1 < len(text) else ""
-        if (ch in _MD_ALWAYS
-                or ch == "_" and not (before.isalnum() and after.isalnum())
-                or ch == "<" and (after.isalpha() or after in _MD_TAG_MARKS)
-                or ch == "&" and (after.isalnum() or after == "#")
-                or ch == "(" and before == "]"):
-            out.append("\\")
-        out.append(ch)
-    return "".join(out)
-
-
-def md_escape(text: str) -> str:
-    """A plain-text cell of a markdown (pipe) table: :func:`md_text`, and ``|`` escaped
-    so a name cannot split a column (nor a line break a row)."""
-    return md_text(text).replace("|", "\\|")
-
-
-def booktabs(table: str) -> str:
-    """tabulate's ``latex_raw`` output with booktabs rules (\\toprule, \\midrule,
-    \\bottomrule) instead of \\hline: compiles with ``\\usepackage{booktabs}``."""
-    lines = table.splitlines()
-    idx = [i for i, line in enumerate(lines) if line.strip() == r"\hline"]
-    if len(idx) >= 3:
-        lines[idx[0]], lines[idx[1]], lines[idx[-1]] = r"\toprule", r"\midrule", r"\bottomrule"
-    return "\n".join(lines)
-
-
-#: how every CSV writes a float: 10 significant digits (no binary parsing noise such as
-#: 0.030699999999999998 for a transcribed 0.0307; more than a float32 metric carries)
-CSV_FLOAT_FORMAT = "%.10g"
-
-
-def to_csv(frame: pd.DataFrame) -> str:
-    """A long frame as CSV text: floats by :data:`CSV_FLOAT_FORMAT`, missing as empty."""
-    return frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT)
-
-
 def long_frame(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
                reported: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (metric, method): the method key (a column identity, :func:`column_label`;
@@ -446,78 +353,6 @@ def long_frame(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
 
 
 REPORTED_CAPTION = "Reported in the paper (authors' data and GPU; not measured here)"
-
-
-def format_table(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int], fmt: str,
-                 reported: pd.DataFrame | None = None, caption: str = "",
-                 notes: list[str] | None = None) -> str:
-    """Render as markdown ('md'), LaTeX ('latex') or CSV ('csv').  LaTeX is one float per
-    table (:func:`latex_float`: ``caption``, booktabs, names escaped, kept within the
-    text width, ``notes`` under the measured table); markdown and CSV leave the notes to
-    the caller."""
-    if fmt == "csv":
-        return to_csv(long_frame(mean, std, seeds, reported))
-    latex = fmt != "md"
-    esc = latex_escape if latex else md_escape
-    bold = (lambda s: f"**{s}**") if fmt == "md" else (lambda s: f"\\textbf{{{s}}}")
-    cells = []
-    for row in mean.index:
-        best = best_column(mean, row)
-        line = [esc(row_label(row))]
-        for m in mean.columns:
-            s = esc(nonfinite_cell(mean, row, m) or _fmt(mean.loc[row, m]))
-            if not math.isnan(std.loc[row, m]):
-                s += (" ± " if fmt == "md" else " $\\pm$ ") + esc(_fmt(std.loc[row, m]))
-            loaded = (row, m) in mean.attrs.get("loaded", ())
-            s += esc(LOADED_MARK) if loaded and not math.isnan(mean.loc[row, m]) else ""
-            line.append(bold(s) if m == best else s)
-        cells.append(line)
-    headers = ["metric"] + [esc(f"{m} (n={seeds[m]})" if method_of(m) != "data"
-                                else m.replace("data", "data (reference)", 1))
-                            for m in mean.columns]
-    tablefmt = "pipe" if fmt == "md" else "latex_raw"
-    out = tabulate(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)
-    if latex:
-        out = latex_float(booktabs(out), caption or "Measured", notes or [])
-    if reported is not None:
-        rep_cells = [[esc(row_label(row))] + [esc(_fmt(reported.loc[row, m]))
-                                              for m in reported.columns]
-                     for row in reported.index]
-        rep = tabulate(rep_cells, headers=["metric"] + [esc(f"paper: {m}") for m in
-                                                        reported.columns],
-                       tablefmt=tablefmt, disable_numparse=True)
-        out += (f"\n\n{REPORTED_CAPTION}:\n\n{rep}" if not latex else
-                "\n\n" + latex_float(booktabs(rep), REPORTED_CAPTION))
-    return out
-
-
-#: the LaTeX packages every table needs (booktabs rules; graphicx scales wide tables)
-LATEX_PACKAGES = ("booktabs", "graphicx")
-
-
-def latex_float(tabular: str, caption: str, notes: list[str] | tuple[str, ...] = ()) -> str:
-    """One table as a LaTeX ``table`` float: the caption (escaped), the tabular scaled
-    down to the text width when it is wider (never up), the notes under it in small
-    type (:func:`render_notes`).  Needs :data:`LATEX_PACKAGES`."""
-    return "\n".join([
-        r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{latex_escape(caption)}}}",
-        r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
-        tabular + "}" + render_notes(list(notes), "latex"), r"\end{table}"])
-
-
-def latex_output(blocks: list[str], standalone: bool = False) -> str:
-    """LaTeX as printed by the CLI: the blocks (floats, ``%`` comments) after a comment
-    naming the packages they need, or (``standalone``) a complete article that compiles
-    with pdflatex as printed, blocks separated by ``\\clearpage`` (no float queue
-    overflows however many tables)."""
-    packages = ",".join(LATEX_PACKAGES)
-    if not standalone:
-        return (f"% pcgbench tables: needs \\usepackage{{{packages}}} (or use --standalone "
-                "for a complete document)\n\n" + "\n\n".join(blocks))
-    return "\n".join([
-        r"\documentclass[10pt]{article}", r"\usepackage[margin=2cm]{geometry}",
-        f"\\usepackage{{{packages}}}",
-        r"\begin{document}", "\n\n\\clearpage\n\n".join(blocks), r"\end{document}", ""])
 
 
 #: the shared backbones of the sampling-time methods, and how far above the data floor
@@ -683,17 +518,6 @@ def table_notes(task: str, preset: str, by_method: Mapping[str, list[RunRecord]]
                      "average exceeded its CPU count: " + ", ".join(f"{c} {r}" for r, c in
                                                                     cells))
     return lines
-
-
-def render_notes(lines: list[str], fmt: str) -> str:
-    """The notes under a table: markdown paragraphs, or LaTeX text after the tabular
-    (escaped, small type); '' for none."""
-    if not lines:
-        return ""
-    if fmt == "latex":
-        return ("\n\\par\\smallskip{\\footnotesize\\raggedright\\noindent "
-                + " \\\\\n".join(latex_escape(line) for line in lines) + "\\par}")
-    return "".join(f"\n\n{md_text(line)}" for line in lines)
 
 
 def annotate_frame(frame: pd.DataFrame, task: str, preset: str,

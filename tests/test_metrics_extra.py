@@ -188,7 +188,8 @@ def test_coverage_gap_row_is_labelled_as_a_gap() -> None:
     """coverage90 scores |c - 0.9| (0.115 is c = 78.5 %, not 11.5 %): tables say so."""
     import pandas as pd
 
-    from pcgbench.leaderboard.tables import format_table, row_label
+    from pcgbench.leaderboard.render import format_table
+    from pcgbench.leaderboard.tables import row_label
 
     assert row_label("coverage90") == "coverage90 |c - 0.9|"
     assert row_label("wd") == "wd" and row_label("time/sample [s]") == "time/sample [s]"

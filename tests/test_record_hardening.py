@@ -17,7 +17,7 @@ import pytest
 
 from pcgbench.cli import main
 from pcgbench.leaderboard import load_records
-from pcgbench.leaderboard.tables import md_escape
+from pcgbench.leaderboard.text import md_escape
 from pcgbench.record import RecordError, RunRecord, record_problem, seal_record
 from pcgbench.registry import METHODS, TASKS
 

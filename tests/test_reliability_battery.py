@@ -383,7 +383,7 @@ def test_11_a_hostile_data_file_name_is_escaped_in_every_format(dirs, capsys):
 
 
 def test_11_escapers():
-    from pcgbench.leaderboard.tables import latex_escape, md_escape
+    from pcgbench.leaderboard.text import latex_escape, md_escape
     from pcgbench.log import printable
 
     assert latex_escape(r"fm_ot[\input{/etc/passwd}]") == (

@@ -12,7 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from pcgbench.leaderboard.report import axis_names, build_report, plane, task_section
+from pcgbench.leaderboard.figures import axis_names, plane
+from pcgbench.leaderboard.report import build_report, task_section
 from pcgbench.registry import METHODS, TASKS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -37,7 +38,7 @@ def test_axis_names_and_planes():
 
 
 def test_spectrum_reads_the_channel_it_is_asked_for():
-    from pcgbench.leaderboard.report import _spectrum
+    from pcgbench.leaderboard.figures import radial_spectrum
 
     x = np.linspace(0, 2 * np.pi, 32, endpoint=False)
     a = np.zeros((3, 2, 32, 32))
@@ -45,7 +46,7 @@ def test_spectrum_reads_the_channel_it_is_asked_for():
     a[:, 0] = np.sin(3 * x[None, :, None] + phase)  # |k| = 3 on channel 0
     a[:, 1] = np.sin(5 * x[None, None, :] + phase)  # |k| = 5 on channel 1
     for c, k_peak in ((0, 3), (1, 5)):
-        k, p = _spectrum(a, c)
+        k, p = radial_spectrum(a, c)
         assert k[np.argmax(p)] == k_peak
 
 

@@ -171,3 +171,23 @@ def test_burgers_tables_explain_the_residual_floor(records, capsys):
     xh[..., 5:] = 0
     smooth = torch.fft.irfft(xh, n=x.shape[-1], dim=-1).float()
     assert residual_error(smooth, task) < residual_error(x, task)
+
+
+def test_one_renderer_formats_every_table():
+    """Tables are models (``leaderboard/model.py``) rendered by ``leaderboard/render.py``:
+    no other leaderboard module calls tabulate, and no module of the leaderboard or the
+    CLI imports another module's private (underscore) name."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    for path in [*(root / "leaderboard").glob("*.py"), *(root / "pcgbench" / "cli").glob("*.py")]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = [a.name for a in node.names]
+                assert not [n for n in names if n.startswith("_")], (path.name, names)
+                if path.parent.name == "leaderboard" and path.name != "render.py":
+                    assert node.module != "tabulate", path.name
+            elif isinstance(node, ast.Import) and path.parent.name == "leaderboard":
+                assert path.name == "render.py" or all(a.name != "tabulate"
+                                                       for a in node.names), path.name

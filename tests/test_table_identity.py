@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from pcgbench.cli import main
+from pcgbench.leaderboard.render import format_table
 from pcgbench.leaderboard.tables import (
     LOADED_MARK,
-    format_table,
     group_records,
     summary_frame,
     table_notes,

@@ -41,7 +41,7 @@ def add_parser(sub: typing.Any) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from pcgbench.leaderboard import failed_notes, load_records
-    from pcgbench.leaderboard.tables import latex_output
+    from pcgbench.leaderboard.text import latex_output
     from pcgbench.storage import results_dir
 
     if args.standalone and args.format != "latex":
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> None:
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
         if args.format == "md":
             from pcgbench.leaderboard.suite import suite_layout
-            from pcgbench.leaderboard.tables import md_text
+            from pcgbench.leaderboard.text import md_text
 
             for line in failed_notes(records, {t for t, _ in suite_layout(args.suite).datasets},
                                      args.preset):
