@@ -30,7 +30,7 @@ from typing import Any
 FOLDERS = ("pcgbench", "tasks", "methods", "metrics", "leaderboard", "paper")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ours(filename: str, root: Path, core: bool) -> str | None:
     """``filename`` relative to the traced checkout, or None outside its source tree."""
     try:

@@ -88,7 +88,7 @@ def default_config_changes(record: Mapping[str, Any]) -> list[str]:
 
 @functools.lru_cache(maxsize=256)
 def _default_config(task: str, method: str, preset: str) -> dict | None:
-    from pcgbench.runner import default_config_dict
+    from pcgbench.plan import default_config_dict
 
     return default_config_dict(task, method, preset)
 
