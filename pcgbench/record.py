@@ -308,7 +308,7 @@ def within_bounds(value: float, bounds: tuple[float, float]) -> bool:
     """``value`` within a metric's declared ``bounds`` up to a relative 1e-9 (of the larger
     finite bound, at least 1): the one tolerance the writer and the reader of a record use."""
     lo, hi = bounds
-    tol = 1e-9 * max(1.0, *(abs(b) for b in (lo, hi) if math.isfinite(b)))
+    tol = 1e-9 * max([1.0, *(abs(b) for b in (lo, hi) if math.isfinite(b))])
     return lo - tol <= value <= hi + tol
 
 

@@ -65,3 +65,14 @@ def test_the_runner_and_the_reader_hand_out_run_records(tmp_path, capsys):
     assert isinstance(rec, RunRecord) and rec.path and rec.path.endswith(".json")
     assert rec.to_json() == json.loads(open(rec.path).read())
     assert rec.seed == 0 and rec.preset == "smoke" and rec.nfe == 20
+
+
+def test_within_bounds_is_the_one_tolerance_of_writer_and_reader():
+    import math
+
+    from pcgbench.record import within_bounds
+
+    assert within_bounds(1e300, (-math.inf, math.inf))  # no finite bound: tolerance 1e-9
+    assert within_bounds(1.0 + 5e-10, (0.0, 1.0)) and not within_bounds(1.0 + 2e-9, (0.0, 1.0))
+    assert within_bounds(1e6 * (1 + 5e-10), (0.0, 1e6))  # relative to the larger bound
+    assert not within_bounds(-1e-8, (0.0, math.inf))
