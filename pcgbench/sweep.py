@@ -28,7 +28,7 @@ import torch
 
 from pcgbench.config import parse_method_spec
 from pcgbench.errors import PcgError
-from pcgbench.plan import RunOptions, build_task, method_config, resolve
+from pcgbench.plan import RunOptions, build_task, method_config, record_path, resolve
 from pcgbench.registry import METHODS, TASKS, load_plugin
 
 EXECUTORS = ("local", "slurm", "debug")
@@ -141,7 +141,7 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 opts = options(task_name, method, seed)
                 label = f"{task_name}/{method} seed {seed}"
                 try:
-                    recorded = resolve(opts, planning=True).record_path.exists()
+                    recorded = record_path(opts).exists()
                 except PcgError as exc:
                     note = f"{task_name}/{method}: {exc}"
                     if note not in unplanned:
