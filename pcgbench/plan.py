@@ -272,17 +272,11 @@ class MethodIdentity:
         return None
 
 
-def planned_method(task: Task, opts: RunOptions) -> Method | MethodIdentity:
-    """The method of ``opts`` as planning sees it, without running a solver: built where
-    that reads no uncached data, else its :class:`MethodIdentity` (raises
-    :class:`PcgError` for a method that builds on another and needs the data to be
-    built).  ``task`` is left in planning mode (``generation_allowed`` False)."""
-    task.generation_allowed = False
-    return _planned(task, opts, *method_config(task, opts))
-
-
 def _planned(task: Task, opts: RunOptions, method_cls: type[Method], config: Any
              ) -> Method | MethodIdentity:
+    """The method as planning sees it, without running a solver: built where that reads
+    no uncached data, else its :class:`MethodIdentity` (a one-line :class:`PcgError` for a
+    method that builds on another and needs the data to be built)."""
     try:
         return _construct(method_cls, task, config, torch.device("cpu"))
     except DataNotGenerated:
