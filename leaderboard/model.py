@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from pcgbench.leaderboard.sanity import BLIND_MARK, blind
 from pcgbench.leaderboard.tables import (
     LOADED_MARK,
     REPORTED_CAPTION,
@@ -58,19 +59,28 @@ class TaskTable:
 def task_table(records: Iterable[Mapping[str, Any]], task: str, preset: str, *,
                variants: bool = False, rows: Sequence[str] | None = None,
                methods: Sequence[str] | None = None, reported: bool = True,
-               groups: Mapping[tuple[str, str], Mapping[str, list[RunRecord]]] | None = None
-               ) -> TaskTable | None:
+               groups: Mapping[tuple[str, str], Mapping[str, list[RunRecord]]] | None = None,
+               sanity: bool = True) -> TaskTable | None:
     """The table of ``task`` at ``preset`` (None without records): ``rows`` / ``methods``
     select as ``leaderboard --rows/--methods`` (the notes on under-trained backbones are
-    computed from the whole table); ``groups`` reuses a :func:`group_records` result."""
+    computed from the whole table); ``groups`` reuses a :func:`group_records` result.
+    The task's headline metric is the first row; ``sanity``: show the sanity rows'
+    columns (their verdicts mark and rank the rows either way)."""
+    from pcgbench.leaderboard.sanity import blind_notes, is_sanity
+
     records = as_records(records)
     if groups is None:
         groups = group_records(records, variants=variants)
     by_method = groups.get((task, preset))
     if not by_method:
         return None
-    order = tuple(TASKS.get(task).metrics) if task in TASKS else ()
+    cls = TASKS.lookup(task)
+    order = tuple(dict.fromkeys((cls.headline, *cls.metrics))) if cls is not None else ()
     mean, std, seeds = summary_frame(by_method, order)
+    mean.attrs["unranked"] = dict(getattr(cls, "unranked_metrics", {}) or {})
+    if not sanity:
+        keep = [c for c in mean.columns if not is_sanity(c)]
+        mean, std, seeds = mean[keep], std[keep], {c: seeds[c] for c in keep}
     paper = None
     if reported and task in TASKS and (bench := TASKS.get(task).paper_benchmark):
         paper = reported_table(bench)
@@ -81,9 +91,16 @@ def task_table(records: Iterable[Mapping[str, Any]], task: str, preset: str, *,
     shown = {m: by_method[m] for m in mean.columns}
     return TaskTable(task=task, preset=preset, mean=mean, std=std, seeds=seeds,
                      reported=paper, by_method=shown,
-                     notes=table_notes(task, preset, shown, mean),
+                     notes=table_notes(task, preset, shown, mean) + blind_notes(mean)
+                     + unranked_notes(mean),
                      remarks=backbones + nonfinite_notes(mean)
                      + failed_notes(records, {task}, preset))
+
+
+def unranked_notes(mean: pd.DataFrame) -> list[str]:
+    """One line per shown metric the task leaves unranked, with why."""
+    return [f"{row}: not ranked: {why}" for row, why in mean.attrs.get("unranked", {}).items()
+            if row in mean.index]
 
 
 @dataclass(frozen=True)
@@ -142,11 +159,23 @@ def measured_grid(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
             cells.append(Cell(value, None if math.isnan(spread) else spread,
                               LOADED_MARK if loaded else "",
                               nonfinite_cell(mean, row, m) if nonfinite else None, m == best))
-        rows.append(((row_label(row),), tuple(cells)))
-    headers = ["metric"] + [f"{m} (n={seeds[m]})" if method_of(m) != "data"
-                            else m.replace("data", "data (reference)", 1)
-                            for m in mean.columns]
+        mark = BLIND_MARK if blind(mean, str(row)) is not None else ""
+        rows.append(((row_label(row) + mark,), tuple(cells)))
+    headers = ["metric"] + [column_header(m, seeds[m]) for m in mean.columns]
     return Grid(title, tuple(headers), tuple(rows), tuple(notes))
+
+
+def column_header(column: str, seeds: int) -> str:
+    """A value column's header: ``data (reference)``, ``noise (sanity)`` or
+    ``method (n=seeds)``."""
+    from pcgbench.leaderboard.sanity import is_sanity
+
+    if method_of(column) == "data":
+        return column.replace("data", "data (reference)", 1)
+    if is_sanity(column):
+        name = method_of(column)
+        return column.replace(name, f"{name} (sanity)", 1)
+    return f"{column} (n={seeds})"
 
 
 def reported_grid(reported: pd.DataFrame, label: Callable[[str], str] = row_label) -> Grid:

@@ -193,8 +193,11 @@ def _method_order(methods: list[str], built_on: dict[str, str | None] | None = N
             base = (built_on or {})[m]
         return (base or name, int(base is not None), m)
 
-    data = sorted(m for m in methods if method_of(m) == "data")
-    return data + sorted((m for m in methods if m not in data), key=key)
+    from pcgbench.leaderboard.sanity import REFERENCE_COLUMNS
+
+    refs = sorted((m for m in methods if method_of(m) in REFERENCE_COLUMNS),
+                  key=lambda m: (REFERENCE_COLUMNS.index(method_of(m)), m))
+    return refs + sorted((m for m in methods if m not in refs), key=key)
 
 
 def _higher_is_better(row: str) -> bool:
@@ -243,6 +246,9 @@ def summary_frame(by_method: Mapping[str, list[RunRecord]], metric_order: tuple[
                     if drawn is not None and math.isfinite(drawn):
                         std.loc[row, m] = drawn
     mean.attrs["nonfinite"] = flags
+    from pcgbench.leaderboard.sanity import frame_verdicts
+
+    mean.attrs["verdicts"] = frame_verdicts(mean, std)
     seeds = {m: len(by_method[m]) for m in methods}
     mean.attrs["loaded"] = loaded_cells(by_method)
     return mean, std, seeds
@@ -316,12 +322,23 @@ def row_label(row: str) -> str:
 
 
 def best_column(mean: pd.DataFrame, row: str) -> str | None:
-    """The best non-reference column of ``row`` (lower or higher per the metric), or None
-    with fewer than two contenders (and never for ``parameters``)."""
+    """The best column of ``row`` that is no reference (the data floor, a sanity row),
+    lower or higher per the metric, or by distance from the data's value for a metric
+    ranked so (``Metric.two_sided``); None with fewer than two contenders, for
+    ``parameters``, for a metric that does not see structure on this task (its sanity
+    verdict, ``mean.attrs["verdicts"]``) and for one the task leaves unranked
+    (``mean.attrs["unranked"]``)."""
+    from pcgbench.leaderboard.sanity import blind, is_reference, two_sided
+
     contenders = {m: mean.loc[row, m] for m in mean.columns
-                  if method_of(m) != "data" and not math.isnan(mean.loc[row, m])}
-    if len(contenders) <= 1 or row == "parameters":
+                  if not is_reference(m) and not math.isnan(mean.loc[row, m])}
+    if len(contenders) <= 1 or row == "parameters" or blind(mean, row) is not None \
+            or row in mean.attrs.get("unranked", {}):
         return None
+    if two_sided(row):
+        if "data" not in mean.columns or math.isnan(floor := float(mean.loc[row, "data"])):
+            return None
+        return min(contenders, key=lambda m: abs(contenders[m] - floor))
     pick = max if _higher_is_better(row) else min
     return pick(contenders, key=contenders.get)
 
@@ -361,9 +378,10 @@ BACKBONES = ("fm_ot", "ffm")
 UNDERTRAINED_RATIO = 2.0
 
 
-#: the floor ratios the notes check: WD sees each value's distribution, the energy distance
-#: whole fields (a noise-like sample with the data's value histogram passes WD, not this)
-FLOOR_METRICS = (("wd", "WD"), ("energy", "energy distance"))
+#: the floor ratios the notes check: the spatial-increment distance (the headline, which
+#: tells every sanity row from data on every task measured), then WD and the energy
+#: distance where the task's sanity verdicts do not call them blind (:func:`floor_metrics`)
+FLOOR_METRICS = (("increments", "increments"), ("wd", "WD"), ("energy", "energy distance"))
 
 
 def _floor(mean: pd.DataFrame, metric: str) -> float | None:
@@ -374,16 +392,26 @@ def _floor(mean: pd.DataFrame, metric: str) -> float | None:
     return None if math.isnan(floor) or floor <= 0 else floor
 
 
+def floor_metrics(mean: pd.DataFrame) -> tuple[tuple[str, str], ...]:
+    """The ``FLOOR_METRICS`` a table's notes may use: those its sanity verdicts do not
+    call blind on this task (all of them where the table has no verdicts)."""
+    from pcgbench.leaderboard.sanity import blind
+
+    return tuple((m, label) for m, label in FLOOR_METRICS if blind(mean, m) is None)
+
+
 def _floor_ratios(mean: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """Per column, each of ``FLOOR_METRICS`` over the data column's value (where both are
-    finite and the floor is positive)."""
+    """Per column, each of :func:`floor_metrics` over the data column's value (where both
+    are finite and the floor is positive); never a reference column."""
+    from pcgbench.leaderboard.sanity import is_reference
+
     out: dict[str, dict[str, float]] = {}
-    for metric, _ in FLOOR_METRICS:
+    for metric, _ in floor_metrics(mean):
         if (floor := _floor(mean, metric)) is None:
             continue
         for c in mean.columns:
             v = mean.loc[metric, c]
-            if c != "data" and not math.isnan(v):
+            if not is_reference(str(c)) and not math.isnan(v):
                 out.setdefault(str(c), {})[metric] = v / floor
     return out
 

@@ -29,7 +29,8 @@ _LATEX_SPECIAL = {"_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
                   "^": r"\textasciicircum{}", "~": r"\textasciitilde{}"}
 #: the non-ASCII characters tables and notes print, as text pdflatex sets (its utf8 input
 #: encoding leaves e.g. the dagger undefined)
-_LATEX_SPECIAL.update({"†": r"$^{\dagger}$", "–": "--", "—": "---", "±": r"$\pm$",
+_LATEX_SPECIAL.update({"†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$", "–": "--", "—": "---",
+                       "±": r"$\pm$",
                        "×": r"$\times$", "≤": r"$\leq$", "≥": r"$\geq$", "→": r"$\to$",
                        "≈": r"$\approx$", "ν": r"$\nu$", "²": r"\textsuperscript{2}",
                        "³": r"\textsuperscript{3}", "·": r"$\cdot$", "−": "-",

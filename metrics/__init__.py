@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     reconstruction,
     residual,
     spectral,
+    structure,
     velocity_gradient,
 )
 from .distribution import (

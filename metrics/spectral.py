@@ -146,6 +146,7 @@ class SpectralResidualMetric(Metric):
 
     bounds = NONNEGATIVE
     nan_means_not_applicable = True  # a task without residual_spectral
+    two_sided = True  # ranked by distance from the data's own value, like ``re``
 
     higher_is_better = False
     description = "RMS of the task's spectral (Fourier) evaluator residual, mean over samples"

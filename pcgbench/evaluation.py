@@ -57,11 +57,11 @@ def metric_value(name: str, value: Any) -> float | None:
 
 
 def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
-             cond: torch.Tensor | None, reference_cond: torch.Tensor | None
-             ) -> dict[str, float | None]:
-    """Every metric of ``task`` on ``samples`` vs ``reference`` (+ the non-finite and
-    blow-up fractions); a metric that raises or returns anything but an in-range number
-    is a one-line :class:`PcgError` naming it."""
+             cond: torch.Tensor | None, reference_cond: torch.Tensor | None,
+             metrics: tuple[str, ...] | None = None) -> dict[str, float | None]:
+    """Every metric of ``task`` (or ``metrics``) on ``samples`` vs ``reference`` (+ the
+    non-finite and blow-up fractions); a metric that raises or returns anything but an
+    in-range number is a one-line :class:`PcgError` naming it."""
     from pcgbench.metric import sharing
     from pcgbench.sample_health import blowup_fraction, nonfinite_fraction
 
@@ -71,16 +71,16 @@ def evaluate(task: Task, samples: torch.Tensor, reference: torch.Tensor,
     # helpers (finite rows, float64 copies) share work
     x, ref = samples.detach().cpu(), reference.detach().cpu()
     with sharing():
-        _evaluate_metrics(task, x, ref, ctx, out)
+        _evaluate_metrics(task.metrics if metrics is None else metrics, x, ref, ctx, out)
     out["nonfinite_fraction"] = nonfinite_fraction(x)
     out["blowup_fraction"] = blowup_fraction(x, ref)
     return out
 
 
-def _evaluate_metrics(task: Task, x: torch.Tensor, ref: torch.Tensor, ctx: MetricContext,
-                      out: dict[str, float | None]) -> None:
-    """Every metric of ``task`` into ``out`` (see :func:`evaluate`)."""
-    for name in task.metrics:
+def _evaluate_metrics(names: tuple[str, ...], x: torch.Tensor, ref: torch.Tensor,
+                      ctx: MetricContext, out: dict[str, float | None]) -> None:
+    """Every metric in ``names`` into ``out`` (see :func:`evaluate`)."""
+    for name in names:
         metric = METRICS.get(name)()
         try:
             with torch.no_grad():

@@ -43,6 +43,11 @@ class Metric(ABC):
     #: where no test condition is matched, as in the data column): recorded as null and
     #: shown as '–'.  Otherwise a NaN is a result, recorded and shown as ``nan``
     nan_means_not_applicable: ClassVar[bool] = False
+    #: ranked by distance from the data's own value (the ``data (reference)`` column)
+    #: instead of lower/higher-is-better: for a metric the data themselves score away
+    #: from 0 (a residual on a coarse grid, an ensemble width), where a field smoother or
+    #: narrower than the data would otherwise rank best
+    two_sided: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(

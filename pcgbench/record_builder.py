@@ -196,31 +196,97 @@ def open_record(plan: RunPlan) -> Path:
 
 def prepare_data(plan: RunPlan) -> Clock:
     """The data stage: every split loaded and checked (finite, non-empty, disjoint) and
-    the ``data`` reference record written (it also probes every metric on real data)
-    before any fit.  Returns the run's :class:`Clock`, started before the checks."""
+    the ``data`` reference record and the sanity rows' records written (the floor also
+    probes every metric on real data) before any fit.  Returns the run's :class:`Clock`,
+    started before the checks."""
     clock = Clock(environment.now(), time.perf_counter())
     plan.task.check_splits()
     data_reference_record(plan.task, plan.options)
+    sanity_records(plan.task, plan.options)
     return clock
+
+
+def _reference_key(task: Task, opts: RunOptions, method: str,
+                   extra_versions: dict[str, int] | None = None) -> dict[str, Any]:
+    """The identity of a reference record (the ``data`` floor or a sanity row): task
+    parameters, data identity, preset, the reference's code version (+ ``extra_versions``)."""
+    from pcgbench.dataguard import data_digest
+
+    key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
+           "method": method, "config": {}, "seed": 0, "preset": opts.preset,
+           "record_version": RECORD_VERSION}
+    versions = code_versions(task)
+    if task.reference_version():
+        versions["reference"] = task.reference_version()
+    versions.update(extra_versions or {})
+    return with_versions(key, versions)
+
+
+def _current(path: Path, task: Task, opts: RunOptions) -> bool:
+    """Whether the reference record at ``path`` exists, is sound and holds every metric
+    of the task (else it is recomputed)."""
+    existing = None if opts.force else read_record(path)  # a corrupt one is regenerated
+    return existing is not None and set(task.metrics) <= set(existing.get("metrics") or {})
+
+
+def sanity_records(task: Task, opts: RunOptions) -> list[Path]:
+    """The sanity rows (:mod:`pcgbench.sanity`): each fake scored against the test set
+    by every metric of the task exactly as the ``data`` floor is (mean over
+    :func:`~pcgbench.sanity.sanity_draws` draws, their std as ``metrics_std``), one sealed
+    record per fake (``method`` = the fake's reserved name), once per task x preset x data
+    identity."""
+    from pcgbench.evaluation import evaluate
+    from pcgbench.sanity import FAKES, SANITY_VERSION, fake_fields, sanity_draws
+
+    root = ensure_writable(default_results_dir(opts.results_dir))
+    paths = []
+    for name, fake in FAKES.items():
+        key = _reference_key(task, opts, name, {"sanity": SANITY_VERSION})
+        path, _ = result_paths(root, key)
+        paths.append(path)
+        if _current(path, task, opts):
+            continue
+        draws = sanity_draws(task)
+        runs = []
+        for d in range(draws):
+            fields, target = fake_fields(task, name, d)
+            runs.append(evaluate(task, fields.x, target.x, fields.cond, target.cond))
+        means, spread = _mean_over_draws(runs)
+        record = {**key, "variant": data_label(task), "metrics": means, "nfe": 0,
+                  "reference_draws": draws, "data_file_path": opts.data_file,
+                  "created": environment.now(),
+                  "note": f"sanity row {name!r}: keeps {fake.keeps}; destroys {fake.destroys}",
+                  "versions": environment.package_versions(), "git": environment.git_hash()}
+        if spread:
+            record["metrics_std"] = spread
+        write_record(path, {**record, **_data_fields(task)})
+    return paths
+
+
+def _mean_over_draws(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
+    """Per metric: the mean of the finite values over ``runs`` (else the first run's
+    value) and, with two or more, their std."""
+    import statistics
+
+    means: dict[str, Any] = {}
+    stds: dict[str, float] = {}
+    for name in runs[0]:
+        vals = [float(r[name]) for r in runs if isinstance(r.get(name), int | float)
+                and math.isfinite(r[name])]
+        means[name] = statistics.fmean(vals) if vals else runs[0][name]
+        if len(vals) > 1:
+            stds[name] = statistics.stdev(vals)
+    return means, stds
 
 
 def data_reference_record(task: Task, opts: RunOptions) -> Path:
     """The ``data`` column: each metric for an independent draw of real data
     (:meth:`Task.data_reference`) against the test set; the reference floor every table
     needs.  Its identity carries the reference's code version (``reference``)."""
-    from pcgbench.dataguard import data_digest
-
     root = ensure_writable(default_results_dir(opts.results_dir))
-    key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
-           "method": "data", "config": {}, "seed": 0, "preset": opts.preset,
-           "record_version": RECORD_VERSION}
-    versions = code_versions(task)
-    if task.reference_version():
-        versions["reference"] = task.reference_version()
-    key = with_versions(key, versions)
+    key = _reference_key(task, opts, "data")
     path, _ = result_paths(root, key)
-    existing = None if opts.force else read_record(path)  # a corrupt one is regenerated
-    if existing is not None and set(task.metrics) <= set(existing.get("metrics") or {}):
+    if _current(path, task, opts):
         return path
     try:
         metrics, spread, note = reference_metrics(task)

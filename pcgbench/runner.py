@@ -62,6 +62,7 @@ from pcgbench.record_builder import (  # noqa: F401 - the public run API
     prepare_data,
     read_record,
     run_record,
+    sanity_records,
     write_record,
 )
 from pcgbench.storage import ensure_writable
@@ -76,12 +77,27 @@ def run(opts: RunOptions) -> tuple[RunRecord, Path, bool]:
     # identical concurrent runs: the first does the work, the others wait and skip
     with FileLock(f"{path}.lock"):
         existing = read_record(path) if not opts.force else None
-        if existing is not None:
+        if existing is not None and not rescorable(existing, plan):
             # the floor of this cell, where a code change made the old one stale
             data_reference_record(plan.task, opts)
+            sanity_records(plan.task, opts)
             return existing, path, True
         with time_limit(opts.max_minutes):
             return _execute(plan), path, False
+
+
+def rescorable(record: RunRecord, plan: RunPlan) -> bool:
+    """Whether an ``ok`` record lacks a metric the task now reports (a metric added since
+    it ran) while its verified checkpoint is still there: then the run samples and
+    evaluates again from that checkpoint (no refit) and its record is rewritten."""
+    missing = set(plan.task.metrics) - set(record.metrics)
+    if not missing or record.status != "ok" or not plan.checkpoint.exists():
+        return False
+    from pcgbench.log import logger
+
+    logger.info(f"re-scoring {plan.record_path.name} from its checkpoint: it lacks "
+                f"{', '.join(sorted(missing))}")
+    return True
 
 
 def _execute(plan: RunPlan) -> RunRecord:

@@ -257,6 +257,11 @@ class Constraint:
         return self.fn(x, cond)
 
 
+#: the metrics that tell real fields from the sanity rows (docs/evaluation.md "Sanity rows"),
+#: which every built-in task reports: the headline ``structure`` first
+STRUCTURE_METRICS: tuple[str, ...] = ("structure", "increments", "c2st")
+
+
 class Task(ABC):
     """Base class of every task.  Subclasses set ``Params`` (a frozen dataclass), implement
     ``params_for``, ``spec``, ``generate`` and ``residual``, and may add constraints and
@@ -264,8 +269,15 @@ class Task(ABC):
 
     name: ClassVar[str] = ""
     Params: ClassVar[type]
-    metrics: ClassVar[tuple[str, ...]] = ("re", "wd", "js", "mmse", "smse", "energy")
+    metrics: ClassVar[tuple[str, ...]] = ("re", "wd", "js", "mmse", "smse", "energy",
+                                          *STRUCTURE_METRICS)
     description: ClassVar[str] = ""
+    #: the metric the default tables, the report and ``tune`` lead with: one that tells
+    #: every sanity row from real data on this task (docs/evaluation.md "Sanity rows")
+    headline: ClassVar[str] = "structure"
+    #: metrics shown but never ranked on this task, with why (e.g. zero by construction
+    #: for the charts a method samples through)
+    unranked_metrics: ClassVar[dict[str, str]] = {}
     #: benchmark key of this task in the paper's reported tables (paper/reported)
     paper_benchmark: ClassVar[str | None] = None
     #: a registered variant that differs from the named task only in parameters (e.g.

@@ -31,7 +31,7 @@ from torch import Tensor
 from pcgbench.charts import Chart, GaussNewtonChart
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint
+from pcgbench.task import STRUCTURE_METRICS, Constraint
 from pcgbench.tasks._burgers_suite import (
     GN_BACKTRACK,
     GN_LM,
@@ -54,7 +54,7 @@ class BurgersBCTask(BurgersSuiteTask):
     """Inviscid Burgers, fixed left Dirichlet BC, random IC (constrained-PDE suite)."""
 
     fixed = "bc"
-    metrics = ("mmse", "smse", "ce_bc", "ce_cl", "feature_fd", "re")
+    metrics = ("mmse", "smse", "ce_bc", "ce_cl", "feature_fd", "re", *STRUCTURE_METRICS)
     paper_benchmark = "burgers_bc"
     description = ("inviscid Burgers u(t, x), Godunov FV, fixed inflow BC x random IC "
                    "(constrained-PDE suite)")

@@ -37,7 +37,7 @@ from pcgbench.charts import Chart, GaussNewtonChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint
+from pcgbench.task import STRUCTURE_METRICS, Constraint
 from pcgbench.tasks._burgers_suite import (
     GN_BACKTRACK,
     GN_LM,
@@ -129,7 +129,7 @@ class BurgersICTask(BurgersSuiteTask):
     """Inviscid Burgers, fixed IC, random left Dirichlet BC (constrained-PDE suite)."""
 
     fixed = "ic"
-    metrics = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")
+    metrics = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re", *STRUCTURE_METRICS)
     paper_benchmark = "burgers_ic"
     description = ("inviscid Burgers u(t, x), Godunov FV, fixed IC x random inflow BC "
                    "(constrained-PDE suite)")

@@ -31,7 +31,7 @@ from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.errors import PcgError
 from pcgbench.numerics.finite_difference import time_derivative
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,8 @@ class HeatTask(Task):
     data_source = "the exact solution sin(x + phi) exp(-nu t) (PCFM protocol)"
     paper_data = "PCFM heat data (100 x 100)"
     description = "1-D heat u=sin(x+phi)exp(-nu t), IC + conservation constraints (PCFM suite)"
-    metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")
+    metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re",
+                                          *STRUCTURE_METRICS)
     group_statistics_by_cond: ClassVar[bool] = True
 
     @classmethod

@@ -31,7 +31,7 @@ from pcgbench.errors import PcgError
 from pcgbench.log import generating
 from pcgbench.numerics.spectral2d import wavenumbers
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.kolmogorov import (
     KolmogorovFlowParams,
     energy_drift,
@@ -87,7 +87,7 @@ class KFGenerationTask(Task):
     paper_benchmark = "kf_generation"
     data_source = "our pseudo-spectral vorticity solver at Re = 1000 (the Re is our choice)"
     paper_data = "Kolmogorov-flow snapshots (128 x 128; Re not stated)"
-    metrics = ("re", "wd", "js", "mmse", "smse", "energy", "spectrum", "mmd")
+    metrics = ("re", "wd", "js", "mmse", "smse", "energy", "spectrum", "mmd", *STRUCTURE_METRICS)
     description = "2-D Kolmogorov flow (u, v) snapshots at fixed Re = 1000, unconditional"
     reference_from_train = True  # val: the training distribution, fewer rows than test
     #: lr 3e-4 instead of the recipe's 1e-3 for every method trained from scratch: the

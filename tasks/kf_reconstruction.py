@@ -28,7 +28,7 @@ import torch
 from pcgbench.charts import Chart
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.kf_generation import KFGenerationParams, KFGenerationTask, kfg_residual
 
 
@@ -95,7 +95,7 @@ class KFReconstructionTask(Task):
     paper_data = ("Kolmogorov-flow snapshots (128 x 128; test conditions and ensemble size not "
                   "stated)")
     metrics = ("re", "recon_rel_l2", "recon_mse", "crps", "coverage90", "width90",
-               "spectrum", "energy", "mmse", "smse")
+               "spectrum", "energy", "mmse", "smse", *STRUCTURE_METRICS)
     description = ("2-D Kolmogorov flow (u, v) at Re = 1000 reconstructed from a low-"
                    "resolution observation (factor 1, 2 or 4, bilinear upsampling)")
 

@@ -33,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = {"run": "run", "list": "listing", "leaderboard": "leaderboard",
             "protocol": "protocol", "show-config": "show_config", "audit": "audit",
             "sweep": "sweep", "tune": "tune", "report": "report", "data": "data",
-            "study": "study"}
+            "study": "study", "sanity": "sanity"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ from torch import Tensor
 from pcgbench.charts import AlgebraicEliminationChart, Chart
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.dynamic_stall.solver import COND_HI, COND_LO, R_GAS
 
 #: PBFM's file normalization of ``nominal_condition`` (columns as stored there)
@@ -79,7 +79,7 @@ class DynamicStallTask(Task):
                    "Karman-Tsien + Thwaites; our code, not RANS; the two closures exact)")
     paper_data = ("PBFM unsteady RANS of a pitching NACA0012 (128 x 128, 128 conditions x 32 "
                   "realizations)")
-    metrics = ("re", "wd", "js", "mmse", "smse", "energy")
+    metrics = ("re", "wd", "js", "mmse", "smse", "energy", *STRUCTURE_METRICS)
     #: a U-Net (3 levels, base width 16) instead of the preset's FNO for every method
     #: trained from scratch: the FM-OT backbone's WD goes from 3.9x the data floor to
     #: 0.93x at `cpu` (docs/protocols.md, "The shared backbone at `cpu`"); `gpu` (the cpu

@@ -33,7 +33,7 @@ from pcgbench.charts import Chart
 from pcgbench.charts.helmholtz import HelmholtzChart3D
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.hit import (
     CHANNELS,
     HITFlowParams,
@@ -114,7 +114,7 @@ class HITForecastingTask(HITTask):
     Params = HITForecastingParams
     paper_benchmark = "hit_forecasting"
     metrics = ("recon_mse", "re", "qr_js", "qr_tv", "qr_hellinger", "spectrum", "wd",
-               "energy")
+               "energy", *STRUCTURE_METRICS)
     description = ("3-D forced homogeneous isotropic turbulence (u, v, w, p), next frame "
                    "from the 4 preceding ones (own pseudo-spectral DNS)")
 

@@ -32,7 +32,7 @@ from pcgbench.charts.base import Cond
 from pcgbench.charts.helmholtz import HelmholtzChart3D
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Normalizer, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Normalizer, TaskSpec
 from pcgbench.tasks.hit import CHANNELS, HITFlowParams, flow_params_for, load_frames
 from pcgbench.tasks.hit.forecasting import HITTask
 
@@ -104,7 +104,7 @@ class HITReconstructionTask(HITTask):
     Params = HITReconstructionParams
     paper_benchmark = "hit_reconstruction_90"
     missing_default: ClassVar[float] = 0.9
-    metrics = ("missing_rmse", "re", "crps", "coverage90", "width90", "energy")
+    metrics = ("missing_rmse", "re", "crps", "coverage90", "width90", "energy", *STRUCTURE_METRICS)
     description = ("3-D forced homogeneous isotropic turbulence (u, v, w, p) from sparse "
                    "point observations, 90 % missing (own pseudo-spectral DNS)")
 

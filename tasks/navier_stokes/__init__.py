@@ -34,7 +34,7 @@ from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.errors import PcgError
 from pcgbench.log import generating
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 from pcgbench.tasks.navier_stokes.solver import (
     FORCING_AMPLITUDE,
@@ -119,7 +119,8 @@ class NavierStokesTask(PcfmSuiteFiles, Task):
     paper_benchmark = "navier_stokes"
     data_source = "our Crank-Nicolson pseudo-spectral vorticity solver (PCFM protocol)"
     paper_data = "PCFM Navier-Stokes data (64 x 64 x 50)"
-    metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")
+    metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re",
+                                          *STRUCTURE_METRICS)
     group_statistics_by_cond: ClassVar[bool] = True
     description = ("2-D Navier-Stokes vorticity w(t, y, x), nu=1e-3, forced, fixed GRF "
                    "initial vorticity (constraints: IC, total vorticity)")

@@ -33,7 +33,7 @@ from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
 from pcgbench.log import generating
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 from pcgbench.tasks.reaction_diffusion_ic import solver as fk
 
@@ -139,7 +139,8 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
     paper_data = "PCFM reaction-diffusion data (128 x 100)"
     description = ("1-D reaction-diffusion u_t = nu u_xx + rho u(1-u), Neumann fluxes; "
                    "IC + mass-balance constraints (PCFM suite)")
-    metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re")
+    metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re",
+                                          *STRUCTURE_METRICS)
     group_statistics_by_cond: ClassVar[bool] = True
     #: the sampling sets' ICs are the first training ICs (as PCFM's, drawn from the
     #: training seed) and the fluxes are rounded to ``flux_decimals``, so a val/test flux

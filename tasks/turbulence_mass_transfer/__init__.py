@@ -40,7 +40,7 @@ from pcgbench.charts import Chart, HelmholtzChart
 from pcgbench.errors import PcgError
 from pcgbench.log import generating
 from pcgbench.registry import TASKS
-from pcgbench.task import Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 
 L_BOX = 2 * math.pi
 
@@ -65,7 +65,7 @@ class TurbulenceMassTransferTask(Task):
     data_source = "our Brinkman-penalization solver of flow past a random body"
     paper_data = "TMT data (not public; grid not stated)"
     velocity_channels = (0, 1)
-    metrics = ("re", "wd", "js", "mmse", "smse", "energy")
+    metrics = ("re", "wd", "js", "mmse", "smse", "energy", *STRUCTURE_METRICS)
     description = ("2-D incompressible flow past a random immersed body (Brinkman "
                    "penalization, own solver): u, v, p and the signed distance")
 
