@@ -243,15 +243,16 @@ def collect(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
     return out
 
 
-def floors(records: Iterable[Mapping[str, Any]], layout: AblationLayout
+def floors(records: Iterable[Mapping[str, Any]], layout: AblationLayout, row: str = "data"
            ) -> dict[tuple[str, str], tuple[float, float | None, int | None]]:
     """{(preset, task): (value, spread, draws)} of the layout's metric for real data (the
     task's ``data`` record, latest ok one: held-out data against the test split; spread
-    and draws where the reference is a mean over draws), the scale a cell is read on."""
+    and draws where the reference is a mean over draws), the scale a cell is read on;
+    ``row``: a sanity row's record instead (:mod:`pcgbench.sanity`)."""
     tasks = {t for t, _, _ in layout.benchmarks}
     latest: dict[tuple[str, str], RunRecord] = {}
     for r in as_records(records):
-        if r.method != "data" or r.task not in tasks or not is_ok(r):
+        if r.method != row or r.task not in tasks or not is_ok(r) or r.variant:
             continue
         key = (r.preset, r.task)
         if key not in latest or r.finished >= latest[key].finished:
@@ -349,20 +350,28 @@ def _cell(vals: list[float], best: bool) -> Cell:
 
 def _measured_rows(cells: dict[tuple[str, str], list[float]], layout: AblationLayout,
                    columns: list[str], failed: dict[tuple[str, str], str],
-                   floor: dict[str, tuple[float, float | None, int | None]]
+                   floor: dict[str, tuple[float, float | None, int | None]],
+                   fakes: Mapping[str, dict[str, tuple[float, float | None, int | None]]]
+                   | None = None, blind: Mapping[str, str] | None = None
                    ) -> tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]:
     """A row per benchmark with a run: a cell per column (a failed cell's status, '–'
-    without runs; the lowest mean bold), then the data reference."""
+    without runs; the lowest mean bold unless the metric is ``blind`` on that task:
+    marked, nothing bold), then the data reference, then each sanity row in ``fakes``."""
+    from pcgbench.leaderboard.sanity import BLIND_MARK
+
     rows = []
     for task, name, _ in layout.benchmarks:
         means = {v: statistics.fmean(cells[(task, v)]) for v in columns if (task, v) in cells}
         if not means and not any((task, v) in failed for v in columns):
             continue
-        best = min(means, key=means.get) if len(means) > 1 else None
-        rows.append(((name,), tuple(
+        is_blind = task in (blind or {})
+        best = min(means, key=means.get) if len(means) > 1 and not is_blind else None
+        rows.append(((name + (BLIND_MARK if is_blind else ""),), tuple(
             _cell(cells[(task, v)], v == best) if v in means
             else Cell(text=failed.get((task, v), "–")) for v in columns)
-            + (_floor_cell(floor.get(task)),)))
+            + (_floor_cell(floor.get(task)),)
+            + tuple(Cell(f[task][0]) if task in f else Cell(text="–")
+                    for f in (fakes or {}).values())))
     return tuple(rows)
 
 
@@ -418,25 +427,58 @@ def _long(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
     return frame
 
 
+#: the metric every ablation table leads with: the tasks' headline, which tells every
+#: sanity row from real data (docs/evaluation.md "Sanity rows"); the layout's own metric
+#: (the paper's column) follows
+ABLATION_HEADLINE = "structure"
+
+
 def ablation_table(records: Iterable[Mapping[str, Any]], name: str,
-                   preset: str | None = None, reported: bool = True) -> LayoutTable:
-    """The ablation's table(s), one per preset, device kind and set of other changes
-    (:data:`Group`), then the paper's reported values; a :class:`PcgError` without runs."""
+                   preset: str | None = None, reported: bool = True, sanity: bool = True
+                   ) -> LayoutTable:
+    """The ablation's table(s) in the headline metric (``ABLATION_HEADLINE``) and then in
+    the layout's own (the paper's) metric: one per preset, device kind and set of other
+    changes (:data:`Group`), with the data floor and (``sanity``) the sanity rows beside
+    them, then the paper's reported values; a :class:`PcgError` without runs."""
+    import dataclasses
+
     records = as_records(records)
-    layout = ablation_layout(name)
+    base = ablation_layout(name)
+    blocks: list[Grid | str] = []
+    longs = []
+    for metric in dict.fromkeys((ABLATION_HEADLINE, base.metric)):
+        layout = dataclasses.replace(base, metric=metric)
+        got = _metric_blocks(records, name, layout, preset,
+                             reported and metric == base.metric, sanity)
+        if got is not None:
+            blocks += got[0]
+            longs.append(got[1])
+    if not longs:
+        raise PcgError(f"no ok {base.method} run records with metric {base.metric!r} "
+                       f"for ablation {name!r}" + (f" at preset {preset!r}" if preset else "")
+                       + f" (tasks: {', '.join(t for t, _, _ in base.benchmarks)}); run "
+                       f"`pcgbench run --method {base.method} --set "
+                       f"{base.field}=...` first")
+    return LayoutTable(tuple(blocks), (pd.concat(longs, ignore_index=True),))
+
+
+def _metric_blocks(records: list[RunRecord], name: str, layout: AblationLayout,
+                   preset: str | None, reported: bool, sanity: bool
+                   ) -> tuple[list[Grid | str], pd.DataFrame] | None:
+    """The blocks and long frame of one metric's ablation tables; None without runs."""
+    from pcgbench.leaderboard.sanity import BLIND_MARK, task_verdicts
+    from pcgbench.sanity import SANITY_ROWS
+
     groups = collect(records, layout, preset)
     failed = failed_cells(records, layout, groups, preset)
     for group in failed:
         groups.setdefault(group, {})
     if not any(groups.values()) and not any(failed.values()):
-        raise PcgError(f"no ok {layout.method} run records with metric {layout.metric!r} "
-                       f"for ablation {name!r}" + (f" at preset {preset!r}" if preset else "")
-                       + f" (tasks: {', '.join(t for t, _, _ in layout.benchmarks)}); run "
-                       f"`pcgbench run --method {layout.method} --set "
-                       f"{layout.field}=...` first")
+        return None
     rep = reported_frame(layout) if reported else None
     captions = extras_caption(records, layout, preset)
     floor = floors(records, layout)
+    fake_floors = {f: floors(records, layout, f) for f in SANITY_ROWS} if sanity else {}
     blocks: list[Grid | str] = []
     for group, cells in sorted(groups.items(), key=_sort_key):
         p, kind, rest = group
@@ -445,9 +487,23 @@ def ablation_table(records: Iterable[Mapping[str, Any]], name: str,
                  + (f", on {kind}" if kind != "cpu" else "")
                  + (f", also {rest}" if rest else "") + ")")
         here = {t: f for (fp, t), f in floor.items() if fp == p}
+        fakes = {f: {t: v for (fp, t), v in ff.items() if fp == p}
+                 for f, ff in fake_floors.items()}
+        fakes = {f: v for f, v in fakes.items() if v}
+        blind: dict[str, str] = {}
+        for task, _, _ in layout.benchmarks:
+            if any(t == task for t, _ in cells):
+                v = task_verdicts(records, task, p).get(layout.metric)
+                if v is not None and not v.sees and v.worst is not None:
+                    blind[task] = v.footnote()
         headers = (["benchmark"] + [f"{layout.method_label}-{column_label(v)}" for v in columns]
-                   + ["data (reference)"])
+                   + ["data (reference)"] + [f"{f} (sanity)" for f in fakes])
         notes = [captions[group]] if captions.get(group) else []
+        notes += [f"{BLIND_MARK} {task}: {why}: no cell is bold" for task, why in blind.items()]
+        if fakes:
+            notes.append("sanity rows: fakes scored like the data reference (docs/evaluation"
+                         ".md 'Sanity rows'); a cell no better than them has not learned "
+                         "what this metric sees")
         if (borrowed := layout.borrowing_change(rest)) is not None:
             notes.append(f"Also {borrowed.name}: {borrowed.description}; "
                          f"{layout.method_label}-{column_label(layout.default)} shows its "
@@ -462,7 +518,8 @@ def ablation_table(records: Iterable[Mapping[str, Any]], name: str,
                   for task, name, _ in layout.benchmarks
                   if task in TASKS and any(t == task for t, _ in cells)]
         blocks.append(Grid(title, tuple(headers),
-                           _measured_rows(cells, layout, columns, failed.get(group, {}), here),
+                           _measured_rows(cells, layout, columns, failed.get(group, {}), here,
+                                          fakes, blind),
                            tuple(notes), verbatim=True))
     if rep is not None:
         names = {b: n for _, n, b in layout.benchmarks}
@@ -476,10 +533,11 @@ def ablation_table(records: Iterable[Mapping[str, Any]], name: str,
                            ("benchmark", *(f"paper: {layout.method_label}-{column_label(v)}"
                                            for v in rep.columns)),
                            tuple(rows), reported=True, verbatim=True))
-    return LayoutTable(tuple(blocks), (_long(groups, layout, rep, captions, floor),))
+    return blocks, _long(groups, layout, rep, captions, floor)
 
 
 def render_ablation(records: Iterable[Mapping[str, Any]], name: str, fmt: str = "md",
-                    preset: str | None = None, reported: bool = True) -> str:
+                    preset: str | None = None, reported: bool = True, sanity: bool = True
+                    ) -> str:
     """:func:`ablation_table` as markdown ('md'), LaTeX ('latex') or CSV ('csv')."""
-    return layout_text(ablation_table(records, name, preset, reported), fmt)
+    return layout_text(ablation_table(records, name, preset, reported, sanity), fmt)

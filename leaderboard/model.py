@@ -78,6 +78,7 @@ def task_table(records: Iterable[Mapping[str, Any]], task: str, preset: str, *,
     order = tuple(dict.fromkeys((cls.headline, *cls.metrics))) if cls is not None else ()
     mean, std, seeds = summary_frame(by_method, order)
     mean.attrs["unranked"] = dict(getattr(cls, "unranked_metrics", {}) or {})
+    mean.attrs["headline"] = getattr(cls, "headline", None)
     if not sanity:
         keep = [c for c in mean.columns if not is_sanity(c)]
         mean, std, seeds = mean[keep], std[keep], {c: seeds[c] for c in keep}
@@ -160,7 +161,8 @@ def measured_grid(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
                               LOADED_MARK if loaded else "",
                               nonfinite_cell(mean, row, m) if nonfinite else None, m == best))
         mark = BLIND_MARK if blind(mean, str(row)) is not None else ""
-        rows.append(((row_label(row) + mark,), tuple(cells)))
+        head = " (headline)" if row == mean.attrs.get("headline") else ""
+        rows.append(((row_label(row) + head + mark,), tuple(cells)))
     headers = ["metric"] + [column_header(m, seeds[m]) for m in mean.columns]
     return Grid(title, tuple(headers), tuple(rows), tuple(notes))
 

@@ -61,7 +61,8 @@ def frame_verdicts(mean: pd.DataFrame, std: pd.DataFrame) -> dict[str, Verdict]:
         values = {c: float(mean.loc[row, c]) for c in fakes}
         out[str(row)] = verdict(str(row), floor, 0.0 if math.isnan(spread) else spread,
                                 values, two_sided(str(row)),
-                                bool(getattr(cls, "higher_is_better", False)))
+                                bool(getattr(cls, "higher_is_better", False)),
+                                float(getattr(cls, "chance", 0.0)))
     return out
 
 
@@ -122,9 +123,11 @@ def sanity_grid(records: Iterable[Mapping[str, Any]], task: str, preset: str):  
         cells = [Cell(floor, s)]
         for fake in fakes:
             v = float(mean.loc[m, fake])
+            cls_m = METRICS.lookup(m)
+            chance = float(getattr(cls_m, "chance", 0.0))
             ok = beyond_floor(v, floor, s or 0.0, two_sided(m),
-                              bool(getattr(METRICS.lookup(m), "higher_is_better", False)))
-            text = fmt_ratio(ratio_to_floor(v, floor, s or 0.0, two_sided(m)))
+                              bool(getattr(cls_m, "higher_is_better", False)), chance)
+            text = fmt_ratio(ratio_to_floor(v, floor, s or 0.0, two_sided(m), chance))
             cells.append(Cell(text=text + ("" if ok else " ✗")))
         v = verdicts[m]
         cells.append(Cell(text="yes" if v.sees else f"no: {', '.join(v.missed)}"))
@@ -132,8 +135,9 @@ def sanity_grid(records: Iterable[Mapping[str, Any]], task: str, preset: str):  
                                                                 if two_sided(m) else "")
         rows.append(((label,), tuple(cells)))
     headers = ("metric", "data floor", *fakes, "sees structure")
-    notes = ("each sanity row: its metric over the data floor's (two-sided metrics: "
-             "1 + |value - floor| / floor), mean over its draws; ✗: not clearly worse than "
+    notes = ("each sanity row: its metric over the data floor's, both from the metric's "
+             "chance level (c2st: 0.5; two-sided metrics: 1 + |value - floor| / floor), "
+             "mean over its draws; ✗: not clearly worse than "
              "the floor (rule: docs/evaluation.md 'Sanity rows'); data floor: mean ± the "
              "spread over its draws",)
     return Grid(f"{task} ({preset}): sanity rows over the data floor", headers, tuple(rows),

@@ -305,8 +305,10 @@ def select(mean: pd.DataFrame, std: pd.DataFrame, seeds: dict[str, int],
             keep = [r for r in wanted if r in reported.index]
             reported = reported.loc[keep] if keep else None
     if methods:
+        from pcgbench.leaderboard.sanity import REFERENCE_COLUMNS
+
         base = {m: method_of(m) for m in mean.columns}  # variants follow their method
-        cols = [m for m in mean.columns if base[m] == "data" or m in methods
+        cols = [m for m in mean.columns if base[m] in REFERENCE_COLUMNS or m in methods
                 or base[m] in methods]
         mean, std = mean[cols], std[cols]
         seeds = {m: seeds[m] for m in cols}

@@ -235,6 +235,7 @@ class ClassifierTwoSampleTest(Metric):
 
     bounds = UNIT
     higher_is_better = False
+    chance = 0.5  # ratios to the floor: of the accuracy above chance
     description = ("Classifier two-sample test: held-out accuracy telling samples from real "
                    "fields on structure features (0.5 = indistinguishable)")
 

@@ -293,20 +293,28 @@ def judge(claim: Claim, task: str, preset: str, device: str, records: list[RunRe
         return "", f"not measured: {claim.test}", "-"
     if claim.kind == "bench_lower_each":
         return timing_line(claim, task, preset, device, method, records, bench)
-    if claim.kind == "ablation_lowest":
+    if claim.kind == "ablation_lowest" and claim.metrics[0] not in blind_metrics(
+            records, task, preset):
         mine = _values(seed_records(records, task, preset, device, method, method),
                        claim.metrics[0])
         others = {c.split("=", 1)[1]: _values(seed_records(records, task, preset, device, c,
                                                            method), claim.metrics[0])
                   for c in against(claim)}
         return (*lower_each(mine, others, task), runs)
+    blind = blind_metrics(records, task, preset)
+    if claim.kind == "ablation_lowest" and claim.metrics[0] in blind:
+        return "", blind[claim.metrics[0]], runs
     mine_by = {m: _values(seed_records(records, task, preset, device, method, method), m)
                for m in claim.metrics}
     if claim.kind == "at_most":
-        parts = [at_most(mine_by[m], claim.threshold or 0.0) for m in claim.metrics]
+        parts = [("", blind[m]) if m in blind else at_most(mine_by[m], claim.threshold or 0.0)
+                 for m in claim.metrics]
         return (_join(claim.metrics, parts), _combine([v for _, v in parts]), runs)
     parts = []
     for m in claim.metrics:
+        if m in blind:  # a metric that cannot tell data from noise here decides nothing
+            parts.append(("", blind[m]))
+            continue
         others = {c: _values(seed_records(records, task, preset, device, c, method), m)
                   for c in against(claim)}
         if claim.kind == "lower_each":
@@ -316,6 +324,29 @@ def judge(claim: Claim, task: str, preset: str, device: str, records: list[RunRe
         else:
             return "", f"not measured: unknown claim kind {claim.kind!r}", "-"
     return _join(claim.metrics, parts), _combine([v for _, v in parts]), runs
+
+
+def blind_metrics(records: list[RunRecord], task: str, preset: str) -> dict[str, str]:
+    """metric -> "not measurable here: ..." for each metric the task's sanity rows show
+    blind at ``preset`` (a fake scores like the data floor there,
+    :mod:`pcgbench.sanity`); {} where no sanity rows are recorded (not tested)."""
+    from pcgbench.leaderboard.sanity import task_verdicts
+    from pcgbench.sanity import fmt_ratio
+
+    key = (id(records), task, preset)
+    if key not in _BLIND_CACHE:
+        out = {}
+        for m, v in task_verdicts(records, task, preset).items():
+            if not v.sees and v.worst is not None:
+                out[m] = (f"not measurable here: {m} does not see structure on {task} "
+                          f"({v.worst} scores {fmt_ratio(v.ratio)} the data floor)")
+        if len(_BLIND_CACHE) > 64:
+            _BLIND_CACHE.clear()
+        _BLIND_CACHE[key] = (records, out)
+    return _BLIND_CACHE[key][1]
+
+
+_BLIND_CACHE: dict[tuple[int, str, str], tuple[list[RunRecord], dict[str, str]]] = {}
 
 
 def _join(metrics: tuple[str, ...], parts: list[tuple[str, str]]) -> str:
@@ -334,6 +365,10 @@ def _combine(verdicts: list[str]) -> str:
         return "; ".join(v for v in verdicts if v.startswith("contradicted"))
     if all(v == "supported" for v in verdicts):
         return "supported"
+    measurable = [v for v in verdicts if not v.startswith("not measurable")]
+    if measurable and all(v == "supported" for v in measurable):
+        return "inconclusive: supported only on the metrics that see structure here; " + \
+            "; ".join(v for v in verdicts if v.startswith("not measurable"))
     return "; ".join(v for v in verdicts if v != "supported")
 
 

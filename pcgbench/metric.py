@@ -48,6 +48,9 @@ class Metric(ABC):
     #: from 0 (a residual on a coarse grid, an ensemble width), where a field smoother or
     #: narrower than the data would otherwise rank best
     two_sided: ClassVar[bool] = False
+    #: the value two identical distributions score in expectation (0 for a distance; 0.5
+    #: for a classifier's accuracy): ratios to the data floor are taken from it
+    chance: ClassVar[float] = 0.0
 
     @abstractmethod
     def __call__(

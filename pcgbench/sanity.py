@@ -212,15 +212,17 @@ def score(value: float, floor: float, two_sided: bool) -> float:
 
 
 def beyond_floor(value: float, floor: float, spread: float, two_sided: bool,
-                 higher_is_better: bool = False) -> bool:
+                 higher_is_better: bool = False, chance: float = 0.0) -> bool:
     """The rule: a fake's (mean) value lies clearly worse than the floor when it is worse
     by more than ``SEE_SIGMAS`` floor spreads (the std of the floor's draws; 0 where the
     floor is one draw) AND by at least ``SEE_RATIO`` x: for a lower-is-better metric
     ``value > max(floor + 3 s, 1.5 floor)``; for a higher-is-better one the mirror image
     ``value < min(floor - 3 s, floor / 1.5)``; for a metric ranked by distance from the
-    data's value ``|value - floor| > max(3 s, 0.5 |floor|)``.  NaN is never beyond."""
+    data's value ``|value - floor| > max(3 s, 0.5 |floor|)``.  Values are taken from the
+    metric's ``chance`` level (0.5 for a classifier's accuracy).  NaN is never beyond."""
     if not (math.isfinite(value) and math.isfinite(floor)):
         return bool(math.isinf(value) and not two_sided and not higher_is_better)
+    value, floor = value - chance, floor - chance
     s = spread if math.isfinite(spread) else 0.0
     if two_sided:
         return abs(value - floor) > max(SEE_SIGMAS * s, (SEE_RATIO - 1.0) * abs(floor))
@@ -229,11 +231,14 @@ def beyond_floor(value: float, floor: float, spread: float, two_sided: bool,
     return value > max(floor + SEE_SIGMAS * s, SEE_RATIO * floor)
 
 
-def ratio_to_floor(value: float, floor: float, spread: float, two_sided: bool) -> float:
-    """What tables print for a fake: its value over the floor (1.0 = as good as data);
-    for a two-sided metric ``1 + |value - floor| / |floor|`` (1.0 = the data's value)."""
+def ratio_to_floor(value: float, floor: float, spread: float, two_sided: bool,
+                   chance: float = 0.0) -> float:
+    """What tables print for a fake: its value over the floor (1.0 = as good as data),
+    both taken from the metric's ``chance`` level; for a two-sided metric
+    ``1 + |value - floor| / |floor|`` (1.0 = the data's value)."""
     if not (math.isfinite(value) and math.isfinite(floor)):
         return math.nan
+    value, floor = value - chance, floor - chance
     if two_sided:
         return 1.0 + abs(value - floor) / abs(floor) if floor else math.inf
     if floor == 0:
@@ -242,7 +247,8 @@ def ratio_to_floor(value: float, floor: float, spread: float, two_sided: bool) -
 
 
 def verdict(metric: str, floor: float, spread: float, fakes: Mapping[str, float],
-            two_sided: bool = False, higher_is_better: bool = False) -> Verdict:
+            two_sided: bool = False, higher_is_better: bool = False, chance: float = 0.0
+            ) -> Verdict:
     """The verdict of ``metric`` on one task from the floor's mean and spread and each
     fake's mean value (:func:`beyond_floor` for every scored ``STRUCTURE_FAKES`` row)."""
     scored = {k: v for k, v in fakes.items() if k in STRUCTURE_FAKES and v is not None
@@ -250,9 +256,10 @@ def verdict(metric: str, floor: float, spread: float, fakes: Mapping[str, float]
     if floor is None or not math.isfinite(floor) or not scored:
         return Verdict(metric, False, None, math.nan, (),
                        reason="no floor or no sanity row scored: not tested")
-    ratios = {k: ratio_to_floor(v, floor, spread, two_sided) for k, v in scored.items()}
+    ratios = {k: ratio_to_floor(v, floor, spread, two_sided, chance)
+              for k, v in scored.items()}
     missed = tuple(k for k, v in scored.items()
-                   if not beyond_floor(v, floor, spread, two_sided, higher_is_better))
+                   if not beyond_floor(v, floor, spread, two_sided, higher_is_better, chance))
     if higher_is_better:
         worst = max(ratios, key=lambda k: ratios[k] if math.isfinite(ratios[k]) else -1)
     else:

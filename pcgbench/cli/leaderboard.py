@@ -34,6 +34,10 @@ def add_parser(sub: typing.Any) -> None:
                    "memory, params (e.g. --rows re wd js nfe time)")
     p.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                    help="only these method columns (the data reference column stays)")
+    p.add_argument("--no-sanity", action="store_true",
+                   help="hide the sanity rows' columns (noise, shuffle, blur, phase, gaussian, "
+                   "train_copy: fakes scored like the data floor); their verdicts still mark "
+                   "the metrics that do not see structure (docs/evaluation.md)")
     p.add_argument("--variants", action="store_true",
                    help="also show variant columns (runs with --set/--chart/--data-file/--tag"
                    "), each its own column, e.g. fm_ot[iterations=5]")
@@ -52,8 +56,10 @@ def run(args: argparse.Namespace) -> None:
         from pcgbench.presets import check_preset
 
         check_preset(args.preset)
+    from pcgbench.leaderboard.sanity import REFERENCE_COLUMNS
+
     for m in args.methods or ():
-        if m != "data":
+        if m not in REFERENCE_COLUMNS:
             METHODS.get(m.split("[", 1)[0])  # unknown method -> did-you-mean error
     if args.ablation is not None:
         from pcgbench.leaderboard.ablation import render_ablation
@@ -61,7 +67,8 @@ def run(args: argparse.Namespace) -> None:
         if args.rows or args.methods:
             raise PcgError("--ablation is its own table: --rows/--methods do not apply")
         text = render_ablation(load_records(root, unsealed), args.ablation,
-                               args.format, args.preset, reported=not args.no_reported)
+                               args.format, args.preset, reported=not args.no_reported,
+                               sanity=not args.no_sanity)
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
         return
     if args.suite is not None:
@@ -96,7 +103,8 @@ def run(args: argparse.Namespace) -> None:
                        + (f" for task {args.task!r}" if args.task else "")
                        + "; run `pcgbench run --task T --method M` first")
     tables = [task_table(records, task, preset, rows=args.rows, methods=args.methods,
-                         reported=not args.no_reported, groups=groups)
+                         reported=not args.no_reported, groups=groups,
+                         sanity=not args.no_sanity)
               for task, preset in keys]
     tables = [t for t in tables if t is not None]
     if args.format == "csv":  # one CSV for all tasks: task and preset columns
