@@ -29,7 +29,7 @@ from pcgbench.leaderboard.figures import (
 )
 from pcgbench.leaderboard.model import task_table
 from pcgbench.leaderboard.render import table_html
-from pcgbench.leaderboard.tables import group_records, method_of
+from pcgbench.leaderboard.tables import group_records
 from pcgbench.log import printable
 from pcgbench.record import RunRecord
 from pcgbench.registry import TASKS
@@ -146,8 +146,12 @@ def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]
              f"(preset {html.escape(preset)})</h2>", table_html(table)]
     for line in table.notes + table.remarks:
         parts.append(f'<p class="note">{html.escape(line)}</p>')
-    methods = [m for m in mean.columns if method_of(m) != "data"]
-    quality = next((r for r in ("wd", "re") if r in mean.index), order[0] if order else None)
+    from pcgbench.leaderboard.sanity import is_reference
+
+    methods = [m for m in mean.columns if not is_reference(m)]
+    headline = getattr(TASKS.lookup(task), "headline", None)
+    quality = next((r for r in (headline, "wd", "re") if r and r in mean.index),
+                   order[0] if order else None)
 
     saved: dict[str, dict[str, np.ndarray]] = {}
     for m in methods:
