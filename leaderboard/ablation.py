@@ -283,12 +283,15 @@ def failed_cells(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
     ``ok`` (:func:`collect`'s cells) but failed ones (diverged, invalid, stale): shown as
     the status, never as a number or a gap."""
     out: dict[Group, dict[tuple[str, str], str]] = defaultdict(dict)
-    for r in _runs(records, layout, preset):
+    runs = list(_runs(records, layout, preset))
+    # a cell with an ok run lacking this metric (recorded before it existed) is not failed
+    scored = {(group_of(r, layout), (r.task, _value(r, layout))) for r in runs if is_ok(r)}
+    for r in runs:
         if is_ok(r):
             continue
         group = group_of(r, layout)
         cell = (r.task, _value(r, layout))
-        if cell not in ok.get(group, {}):
+        if cell not in ok.get(group, {}) and (group, cell) not in scored:
             out[group][cell] = status_of(r)
     return out
 

@@ -123,8 +123,8 @@ class OneStepObjective(ABC):
     #: the paper's column name (its table says ``PMosFM-<paper_label>``)
     paper_label: ClassVar[str] = ""
     #: whether the objective computes PMosFM's spread-matching term (not in the paper)
-    #: itself (native: on its own (0, 1) draws); for the others PMosFM adds the same term
-    #: on one extra one-step batch, so every objective gets the same extras
+    #: itself; none does now: PMosFM adds the same term on one extra one-step batch per
+    #: update for every objective, so every objective gets the same extras
     spread_term: ClassVar[bool] = False
     #: the objective needs the whole PMosFM (chart decode, metric), not only a velocity
     needs_chart: ClassVar[bool] = False

@@ -56,14 +56,13 @@ class NativeObjective(OneStepObjective):
     L_FM = ||u(P_s(r_s - m_s), s, s) - w||^2 / (2m) (Eq. diagonal-fm-loss) and
     L_PE = ||Psi(a) - sg Psi(b)||^2_{M_h} / (2 m delta (t - s)) (Eq.
     physical-endpoint-loss), a = T_theta^{s,t}(r_s), b = T_sg(theta)^{s+delta,t}(r_s +
-    delta w), w = r1 - r0; plus PMosFM's optional spread term and loss balancing
-    (``PMosFMConfig``: gamma, spread_weight, spread_match, loss_balance,
-    grad_norm_every); times from :attr:`draws` (the config's time fields).  Reads the
-    frozen preconditioning from ``host.calibration``
+    delta w), w = r1 - r0; plus PMosFM's loss balancing (``PMosFMConfig``: gamma,
+    loss_balance, grad_norm_every; the optional spread term is PMosFM's own extra, on
+    its own one-step batch, as for every objective); times from :attr:`draws` (the
+    config's time fields).  Reads the frozen preconditioning from ``host.calibration``
     (:class:`~pcgbench.methods.onestep.calibration.Calibration`)."""
 
     paper_label = "native"
-    spread_term = True
     needs_chart = True
     #: the paper states only 0 <= s < t <= 1 and 0 < delta < t - s (Alg. 2): these draws
     #: were selected on the val split by ``pcgbench tune pmosfm_time_draws`` (18
@@ -101,10 +100,11 @@ class NativeObjective(OneStepObjective):
         return s.to(dev), t.to(dev), delta.to(dev)
 
     def losses(self, r1: Tensor, c: Tensor | None, gen: torch.Generator) -> Losses:
-        """Minibatch (l_FM, l_PE, l_spread) of Alg. 2 for training coordinates ``r1``
+        """Minibatch (l_FM, l_PE, None) of Alg. 2 for training coordinates ``r1``
         [B, *coord_shape] (Eqs. diagonal-fm-loss, physical-endpoint-loss); l_PE is None
-        when it has zero weight (gamma = 1) or no draw has t > s; l_spread is None unless
-        ``spread_weight`` > 0 and >= 4 draws are (0, 1).  Draws r0, then (s, t, delta),
+        when it has zero weight (gamma = 1) or no draw has t > s.  The spread term is not
+        computed here: PMosFM adds it on its own one-step batch (it fired only on (0, 1)
+        draws before, which the chosen draws never make).  Draws r0, then (s, t, delta),
         from ``gen``."""
         m_ = self.m
         cfg = m_.config
@@ -124,11 +124,6 @@ class NativeObjective(OneStepObjective):
         u_diag, u_st = out[:b], out[b:]
         l_fm = (u_diag - w).pow(2).flatten(1).sum(1).mean() / (2 * m)
         l_spread = None
-        ends = (s == 0) & (t == 1)
-        if m_.spread_active and int(ends.sum()) >= 4:
-            # T^{0,1}(r0) of the (0, 1) draws: their spread against the data's (unbiased
-            # batch variance, pooled over coordinates: one scalar, so 8 draws suffice)
-            l_spread = m_.spread_loss(cal.unscaled((r0 + u_st)[ends]))
         keep = t > s
         if cfg.gamma >= 1.0 or not bool(keep.any()):
             return Losses(l_fm, None, l_spread)
