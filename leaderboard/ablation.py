@@ -469,7 +469,8 @@ def _metric_blocks(records: list[RunRecord], name: str, layout: AblationLayout,
                    preset: str | None, reported: bool, sanity: bool
                    ) -> tuple[list[Grid | str], pd.DataFrame] | None:
     """The blocks and long frame of one metric's ablation tables; None without runs."""
-    from pcgbench.leaderboard.sanity import BLIND_MARK, task_verdicts
+    from pcgbench.leaderboard.sanity import BLIND_MARK
+    from pcgbench.leaderboard.sanity_tables import task_verdicts
     from pcgbench.sanity import SANITY_ROWS
 
     groups = collect(records, layout, preset)

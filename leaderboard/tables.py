@@ -337,10 +337,10 @@ def best_column(mean: pd.DataFrame, row: str) -> str | None:
     if len(contenders) <= 1 or row == "parameters" or blind(mean, row) is not None \
             or row in mean.attrs.get("unranked", {}):
         return None
-    if two_sided(row):
-        if "data" not in mean.columns or math.isnan(floor := float(mean.loc[row, "data"])):
-            return None
+    floor = float(mean.loc[row, "data"]) if "data" in mean.columns else math.nan
+    if two_sided(row) and not math.isnan(floor):
         return min(contenders, key=lambda m: abs(contenders[m] - floor))
+    # (a two-sided metric in a table without a floor: lower is better, as before)
     pick = max if _higher_is_better(row) else min
     return pick(contenders, key=contenders.get)
 

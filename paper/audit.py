@@ -330,7 +330,7 @@ def blind_metrics(records: list[RunRecord], task: str, preset: str) -> dict[str,
     """metric -> "not measurable here: ..." for each metric the task's sanity rows show
     blind at ``preset`` (a fake scores like the data floor there,
     :mod:`pcgbench.sanity`); {} where no sanity rows are recorded (not tested)."""
-    from pcgbench.leaderboard.sanity import task_verdicts
+    from pcgbench.leaderboard.sanity_tables import task_verdicts
     from pcgbench.sanity import fmt_ratio
 
     key = (id(records), task, preset)

@@ -235,7 +235,6 @@ def sanity_records(task: Task, opts: RunOptions) -> list[Path]:
     :func:`~pcgbench.sanity.sanity_draws` draws, their std as ``metrics_std``), one sealed
     record per fake (``method`` = the fake's reserved name), once per task x preset x data
     identity."""
-    from pcgbench.evaluation import evaluate
     from pcgbench.sanity import FAKES, SANITY_VERSION, fake_fields, sanity_draws
 
     root = ensure_writable(default_results_dir(opts.results_dir))
@@ -250,7 +249,7 @@ def sanity_records(task: Task, opts: RunOptions) -> list[Path]:
         runs = []
         for d in range(draws):
             fields, target = fake_fields(task, name, d)
-            runs.append(evaluate(task, fields.x, target.x, fields.cond, target.cond))
+            runs.append(_evaluate_fake(task, name, fields, target))
         means, spread = _mean_over_draws(runs)
         record = {**key, "variant": data_label(task), "metrics": means, "nfe": 0,
                   "reference_draws": draws, "data_file_path": opts.data_file,
@@ -263,6 +262,30 @@ def sanity_records(task: Task, opts: RunOptions) -> list[Path]:
     return paths
 
 
+def _evaluate_fake(task: Task, name: str, fields: Any, target: Any) -> dict[str, Any]:
+    """Every metric of the task on one sanity row's fields, as :func:`evaluate`; a metric
+    that fails on a fake (a plug-in's, say, that scores only real data) is recorded as
+    not measured there, with one warning naming it: the row is an instrument check, never
+    a reason to stop the run it is part of."""
+    from pcgbench.evaluation import evaluate
+
+    try:
+        return evaluate(task, fields.x, target.x, fields.cond, target.cond)
+    except PcgError:
+        pass
+    import warnings
+
+    out: dict[str, Any] = {}
+    for metric in task.metrics:
+        try:
+            out.update(evaluate(task, fields.x, target.x, fields.cond, target.cond, (metric,)))
+        except PcgError as exc:
+            warnings.warn(f"sanity row {name!r} of {task.name!r}: {exc}; {metric} recorded as "
+                          "not measured there", stacklevel=2)
+            out[metric] = None
+    return out
+
+
 def _mean_over_draws(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
     """Per metric: the mean of the finite values over ``runs`` (else the first run's
     value) and, with two or more, their std."""
@@ -273,7 +296,7 @@ def _mean_over_draws(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[s
     for name in runs[0]:
         vals = [float(r[name]) for r in runs if isinstance(r.get(name), int | float)
                 and math.isfinite(r[name])]
-        means[name] = statistics.fmean(vals) if vals else runs[0][name]
+        means[name] = statistics.fmean(vals) if vals else runs[0].get(name)
         if len(vals) > 1:
             stds[name] = statistics.stdev(vals)
     return means, stds

@@ -27,6 +27,7 @@ from pcgbench.methods.ffm import (
 from pcgbench.methods.fm_ot import FMOT
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.runner import prepare
+from pcgbench.sanity import SANITY_ROWS
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 
 TOY = "_toy_zero_shot_heat"
@@ -259,5 +260,5 @@ def test_run_records_suite_metrics(toy_registered, tmp_path):
     assert all(math.isfinite(m[k]) for k in ("mmse", "smse", "feature_fd"))
     # the backbone's own checkpoint and the data reference (val vs test, grouped by cond)
     recs = list((tmp_path / "r" / "records" / TOY / "smoke").rglob("*.json"))
-    assert {p.parent.name for p in recs} == {"eci", "data"}
+    assert {p.parent.name for p in recs} == {"eci", "data", *SANITY_ROWS}
     assert list((tmp_path / "r" / "checkpoints" / TOY / "smoke" / "ffm").glob("*.pt"))

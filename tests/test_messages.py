@@ -57,7 +57,7 @@ def test_a_default_run_says_each_phase_and_formats_its_summary(dirs, capsys, cap
     phases = [r.getMessage() for r in caplog.records if r.name == "pcgbench"]
     text = "\n".join(phases)
     for phase in ("generating burgers train data", "fitting", "sampling 16 test conditions",
-                  "evaluating 6 metrics"):
+                  "evaluating 9 metrics"):
         assert phase in text, phase
     assert all("\n" not in p for p in phases)
     out = capsys.readouterr()

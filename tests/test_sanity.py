@@ -181,7 +181,7 @@ def test_the_audit_calls_a_blind_metric_not_measurable(monkeypatch) -> None:
     from pcgbench.paper import audit
     from pcgbench.sanity import Verdict
 
-    monkeypatch.setattr("pcgbench.leaderboard.sanity.task_verdicts", lambda r, t, p: {
+    monkeypatch.setattr("pcgbench.leaderboard.sanity_tables.task_verdicts", lambda r, t, p: {
         "energy": Verdict("energy", False, "noise", 0.9, ("noise",)),
         "wd": Verdict("wd", True, "blur", 4.0, ())})
     audit._BLIND_CACHE.clear()

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
             raise PcgError("--ablation is its own table: --rows/--methods do not apply")
         text = render_ablation(load_records(root, unsealed), args.ablation,
                                args.format, args.preset, reported=not args.no_reported,
-                               sanity=not args.no_sanity)
+                               sanity=not getattr(args, "no_sanity", False))
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
         return
     if args.suite is not None:
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> None:
                        + "; run `pcgbench run --task T --method M` first")
     tables = [task_table(records, task, preset, rows=args.rows, methods=args.methods,
                          reported=not args.no_reported, groups=groups,
-                         sanity=not args.no_sanity)
+                         sanity=not getattr(args, "no_sanity", False))
               for task, preset in keys]
     tables = [t for t in tables if t is not None]
     if args.format == "csv":  # one CSV for all tasks: task and preset columns

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> None:
     from pcgbench.errors import PcgError
     from pcgbench.leaderboard import load_records
     from pcgbench.leaderboard.render import grid_markdown
-    from pcgbench.leaderboard.sanity import sanity_grid, sanity_summary
+    from pcgbench.leaderboard.sanity_tables import sanity_grid, sanity_summary
     from pcgbench.leaderboard.text import to_csv
     from pcgbench.plan import RunOptions, build_task
     from pcgbench.presets import check_preset

@@ -126,12 +126,12 @@ def run(args: argparse.Namespace) -> int:
         leaderboard.run(argparse.Namespace(
             results=str(root), task=None, preset=args.preset, format="md", no_reported=False,
             suite=None, rows=None, methods=None, variants=False, ablation=args.ablation,
-            standalone=False))
+            standalone=False, no_sanity=False))
     for task in sorted(swept) if layout is None else ():
         leaderboard.run(argparse.Namespace(
             results=str(root), task=task, preset=args.preset, format="md", no_reported=False,
             suite=None, rows=None, methods=None, variants=any(":" in m for m in methods),
-            ablation=None, standalone=False))
+            ablation=None, standalone=False, no_sanity=False))
     # "exists": an identical run (e.g. a concurrent sweep) recorded it first: not a failure
     return int(any(r["status"] not in ("ok", "exists") for r in results if r["stage"] != "data")
                or any(r["status"] == "error" for r in results))
