@@ -16,7 +16,7 @@ import torch
 from pcgbench.metric import NONNEGATIVE, UNIT, Metric, MetricContext
 from pcgbench.registry import METRICS
 
-from .distribution import check_pair, finite_rows, wasserstein1_1d
+from .distribution import check_pair, finite_rows, shared, wasserstein1_1d
 
 #: the lags (grid cells) of ``increments``; a lag is used on an axis of n cells when
 #: r <= n // 4
@@ -51,10 +51,14 @@ def increment_distance(samples: torch.Tensor, reference: torch.Tensor) -> float:
     S_p(r) = <|delta_r x|^p>); a reference pool with std 0 is skipped.  Dimensionless:
     1 is a shift of one increment std.  Non-finite samples are dropped."""
     check_pair(samples, reference)
-    x = finite_rows(samples).detach().to("cpu", torch.float64)
-    y = finite_rows(reference).detach().to("cpu", torch.float64)
+    # increments in the fields' own precision (float32: differences of neighbours);
+    # only the strided pools go to float64 for the exact W1
+    x = finite_rows(samples).detach().cpu()
+    y = finite_rows(reference).detach().cpu()
     if x.shape[0] == 0 or y.shape[0] == 0 or x.ndim < 3:
         return float("nan")
+    if not x.is_floating_point():
+        x, y = x.double(), y.double()
     vals = []
     for axis in range(2, x.ndim):
         for r in _lags(x.shape[axis]):
@@ -93,13 +97,14 @@ C2ST_FOLDS = 2
 
 
 def _skew_kurt(d: torch.Tensor, dims: tuple[int, ...]) -> list[torch.Tensor]:
-    m = d.mean(dim=dims, keepdim=True)
-    c = d - m
-    v = (c * c).mean(dim=dims)
-    s = v.clamp_min(1e-30).sqrt()
-    skew = (c ** 3).mean(dim=dims) / s ** 3
-    kurt = (c ** 4).mean(dim=dims) / s ** 4
-    return [v.clamp_min(1e-30).log(), skew, kurt.clamp_min(1e-30).log()]
+    """Per field and channel: log-variance, skewness and log-kurtosis over ``dims``
+    (central moments by products, in the input's precision)."""
+    c = d - d.mean(dim=dims, keepdim=True)
+    c2 = c * c
+    v = c2.mean(dim=dims).clamp_min(1e-30)
+    skew = (c2 * c).mean(dim=dims) / v.pow(1.5)
+    kurt = (c2 * c2).mean(dim=dims) / (v * v)
+    return [v.log(), skew, kurt.clamp_min(1e-30).log()]
 
 
 def structure_features(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -108,7 +113,10 @@ def structure_features(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     min and max; per channel, axis and lag (``LAGS``) the log-variance, skewness and
     log-kurtosis of its increments; per channel the log energy in octave bands of the
     radial wavenumber (1, 2-3, 4-7, ...)."""
-    x = x.detach().to("cpu", torch.float64) / scale.view(1, -1, *([1] * (x.ndim - 2)))
+    # float32 is ample for per-field moments of fields scaled to unit std (sums of at
+    # most ~1e6 terms); float64 only where the input is
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    x = x.detach().to("cpu", dtype) / scale.to(dtype).view(1, -1, *([1] * (x.ndim - 2)))
     n, c = x.shape[:2]
     dims = tuple(range(2, x.ndim))
     feats: list[torch.Tensor] = [x.mean(dim=dims)]
@@ -122,8 +130,8 @@ def structure_features(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     spatial = tuple(x.shape[2:])
     f = torch.fft.rfftn(x - x.mean(dim=dims, keepdim=True), dim=dims)
     power = f.real ** 2 + f.imag ** 2
-    freqs = [torch.fft.fftfreq(s, dtype=torch.float64) * s for s in spatial[:-1]]
-    freqs.append(torch.fft.rfftfreq(spatial[-1], dtype=torch.float64) * spatial[-1])
+    freqs = [torch.fft.fftfreq(s, dtype=dtype) * s for s in spatial[:-1]]
+    freqs.append(torch.fft.rfftfreq(spatial[-1], dtype=dtype) * spatial[-1])
     k = torch.stack(torch.meshgrid(*freqs, indexing="ij")).pow(2).sum(0).sqrt()
     kmax = min(spatial) / 2
     lo = 1.0
@@ -133,25 +141,28 @@ def structure_features(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
             e = power[..., band].sum(dim=-1)
             feats.append((e + 1e-30).log())
         lo *= 2
-    return torch.cat([f.reshape(n, -1) for f in feats], dim=1)
+    return torch.cat([f.reshape(n, -1) for f in feats], dim=1).to(torch.float64)
 
 
-def _feature_pair(samples: torch.Tensor, reference: torch.Tensor, cap: int | None
+def _feature_pair(samples: torch.Tensor, reference: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The :func:`structure_features` of the finite rows of both sets (the first ``cap``
-    of each), channels scaled by the reference's std; None when a set is empty or the
-    fields have no spatial axis."""
+    """The :func:`structure_features` of the finite rows of both sets, channels scaled by
+    the reference's std (computed once per evaluation for ``structure`` and ``c2st``:
+    :func:`pcgbench.metric.shared`); None when a set is empty or the fields have no
+    spatial axis."""
     check_pair(samples, reference)
-    x, y = finite_rows(samples), finite_rows(reference)
-    if x.shape[0] == 0 or y.shape[0] == 0 or x.ndim < 3:
-        return None
-    if cap is not None:
-        x, y = x[:cap], y[:cap]
-    dims = tuple(range(2, y.ndim))
-    scale = y.detach().to("cpu", torch.float64).std(dim=(0, *dims)).clamp_min(1e-12)
-    fx = torch.nan_to_num(structure_features(x, scale), nan=0.0, posinf=1e6, neginf=-1e6)
-    fy = torch.nan_to_num(structure_features(y, scale), nan=0.0, posinf=1e6, neginf=-1e6)
-    return fx, fy
+
+    def compute() -> tuple[torch.Tensor, torch.Tensor] | None:
+        x, y = finite_rows(samples), finite_rows(reference)
+        if x.shape[0] == 0 or y.shape[0] == 0 or x.ndim < 3:
+            return None
+        dims = tuple(range(2, y.ndim))
+        scale = y.detach().to("cpu", torch.float64).std(dim=(0, *dims)).clamp_min(1e-12)
+        fx = torch.nan_to_num(structure_features(x, scale), nan=0.0, posinf=1e6, neginf=-1e6)
+        fy = torch.nan_to_num(structure_features(y, scale), nan=0.0, posinf=1e6, neginf=-1e6)
+        return fx, fy
+
+    return shared("structure_features", (samples, reference), compute)
 
 
 #: standardized features are clipped to +-this many reference stds (one wild feature must
@@ -166,7 +177,7 @@ def structure_distance(samples: torch.Tensor, reference: torch.Tensor) -> float:
     each field's statistics (value and increment moments, band energies) lies from the
     data's, in reference stds.  0 for identical sets; a set whose every feature is
     off by more than the clip scores about ``STRUCTURE_CLIP``."""
-    pair = _feature_pair(samples, reference, None)
+    pair = _feature_pair(samples, reference)
     if pair is None:
         return float("nan")
     fx, fy = pair
@@ -199,27 +210,31 @@ class StructureDistance(Metric):
 
 def c2st_accuracy(samples: torch.Tensor, reference: torch.Tensor, seed: int = C2ST_SEED
                   ) -> float:
-    """Classifier two-sample test: the held-out accuracy of an L2-regularized logistic
-    regression told to separate generated from reference fields on
-    :func:`structure_features` (standardized on the pooled sets), ``C2ST_FOLDS``-fold
-    stratified cross-fitting with equal class sizes (the larger set's first rows).
-    0.5 = indistinguishable, 1 = always told apart."""
-    from sklearn.linear_model import LogisticRegression
+    """Classifier two-sample test: the held-out accuracy of a linear classifier told to
+    separate generated from reference fields on :func:`structure_features`
+    (standardized on the pooled sets): linear discriminant analysis with Ledoit-Wolf
+    shrinkage (closed form, so fast and deterministic), ``C2ST_FOLDS``-fold stratified
+    cross-fitting with equal class sizes (each set's first rows).  0.5 =
+    indistinguishable, 1 = always told apart."""
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
     from sklearn.model_selection import StratifiedKFold
 
     check_pair(samples, reference)
-    m = min(finite_rows(samples).shape[0], finite_rows(reference).shape[0], C2ST_MAX_SAMPLES)
-    pair = _feature_pair(samples, reference, m)
+    pair = _feature_pair(samples, reference)
+    m = 0 if pair is None else min(pair[0].shape[0], pair[1].shape[0], C2ST_MAX_SAMPLES)
     if pair is None or m < 2 * C2ST_FOLDS:
         return float("nan")
-    feats = torch.cat(pair).numpy()
+    feats = torch.cat([pair[0][:m], pair[1][:m]]).numpy()
     mu, sd = feats.mean(axis=0), feats.std(axis=0)
-    feats = (feats - mu) / np.where(sd > 0, sd, 1.0)
+    keep = sd > 0
+    if not keep.any():
+        return 0.5  # every feature constant on both sets: nothing tells them apart
+    feats = (feats[:, keep] - mu[keep]) / sd[keep]
     labels = np.r_[np.ones(m), np.zeros(m)]
     folds = StratifiedKFold(n_splits=C2ST_FOLDS, shuffle=True, random_state=seed)
     correct = 0
     for tr, te in folds.split(feats, labels):
-        clf = LogisticRegression(C=1.0, max_iter=500)
+        clf = LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")
         clf.fit(feats[tr], labels[tr])
         correct += int((clf.predict(feats[te]) == labels[te]).sum())
     return correct / (2 * m)
@@ -227,7 +242,7 @@ def c2st_accuracy(samples: torch.Tensor, reference: torch.Tensor, seed: int = C2
 
 @METRICS.register("c2st")
 class ClassifierTwoSampleTest(Metric):
-    """C2ST = held-out accuracy of a logistic-regression classifier separating generated
+    """C2ST = held-out accuracy of a linear classifier (shrinkage LDA) separating generated
     from reference fields on per-field structure features (value moments, increment
     moments at lags 1-8, octave-band spectral energies), 2-fold cross-fitted; 0.5 =
     indistinguishable from real data, 1 = always told apart.  See
