@@ -245,3 +245,33 @@ def test_sanity_records_are_sealed_cached_and_carry_the_task_metrics(tmp_path) -
     noise = next(r for r in records if r.method == "noise")
     assert noise.metric("structure") > 1.0  # far from data
     assert np.isfinite(noise.metric("increments"))
+
+
+def test_a_record_without_a_new_metric_is_rescored_from_its_checkpoint(dirs, monkeypatch):
+    """A metric added to a task after a run: the next ``run`` of the cell samples and
+    evaluates again from the verified checkpoint (no refit) and rewrites the record."""
+    from conftest import read_records
+
+    from pcgbench.metric import Metric
+    from pcgbench.methods.fm_ot import FMOT
+    from pcgbench.registry import METRICS, TASKS
+    from pcgbench.runner import RunOptions, run
+
+    opts = RunOptions(task="burgers", method="fm_ot", preset="smoke", progress=False)
+    first, path, skipped = run(opts)
+    assert not skipped and "late" not in first.metrics
+    fits = []
+    orig = FMOT.fit
+    monkeypatch.setattr(FMOT, "fit", lambda self, *a, **k: fits.append(1) or orig(self, *a,
+                                                                                  **k))
+    cls = type("late", (Metric,), {"__call__": lambda self, s, r, ctx: 1.5, "name": "late"})
+    monkeypatch.setitem(METRICS._objects, "late", cls)
+    burgers = TASKS.get("burgers")
+    monkeypatch.setattr(burgers, "metrics", (*burgers.metrics, "late"))
+    again, path2, skipped = run(opts)
+    assert path2 == path and not skipped and not fits  # rescored, not refitted
+    assert again.metrics["late"] == 1.5
+    assert again.metrics["structure"] == pytest.approx(first.metrics["structure"])
+    third, _, skipped = run(opts)  # now complete: skipped as before
+    assert skipped and third.metrics["late"] == 1.5
+    assert len([r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]) == 1
