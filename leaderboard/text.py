@@ -96,7 +96,13 @@ CSV_FLOAT_FORMAT = "%.10g"
 
 
 def to_csv(frame: pd.DataFrame) -> str:
-    """A long frame as CSV text: floats by :data:`CSV_FLOAT_FORMAT`, missing as empty."""
+    """A long frame as CSV text: floats by :data:`CSV_FLOAT_FORMAT`, missing as empty,
+    text cells through :func:`pcgbench.log.printable` (control and format characters
+    written out, as in every other format)."""
+    frame = frame.copy()
+    for col in frame.columns:
+        if pd.api.types.is_object_dtype(frame[col]) or pd.api.types.is_string_dtype(frame[col]):
+            frame[col] = [printable(v) if isinstance(v, str) else v for v in frame[col]]
     return frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT)
 
 

@@ -15,9 +15,21 @@ _CONTROL.update({ord("\t"): " ", ord("\n"): " ", ord("\r"): " "})
 
 def printable(text: object) -> str:
     """``text`` with control characters (ANSI escapes, carriage returns, bells; C0 and C1)
-    written as ``\\xNN`` and line breaks as spaces: a user string (a tag, a file name, a
-    plugin's message) cannot move the cursor, clear the terminal or fake a line."""
-    return str(text).translate(_CONTROL)
+    written as ``\\xNN``, Unicode format characters (bidi overrides and isolates,
+    zero-width spaces and joiners, byte-order marks: category Cf) as ``\\uNNNN``, and
+    line breaks as spaces: a user string (a tag, a file name, a plugin's message) cannot
+    move the cursor, clear the terminal, fake a line or display reversed."""
+    text = str(text).translate(_CONTROL)
+    if text.isascii():
+        return text
+    import unicodedata
+
+    def visible(ch: str) -> str:
+        if unicodedata.category(ch) != "Cf":
+            return ch
+        return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+
+    return "".join(visible(ch) for ch in text)
 
 
 def generating(task: str, split: str = "") -> str:

@@ -252,8 +252,8 @@ def test_a_record_without_a_new_metric_is_rescored_from_its_checkpoint(dirs, mon
     evaluates again from the verified checkpoint (no refit) and rewrites the record."""
     from conftest import read_records
 
-    from pcgbench.metric import Metric
     from pcgbench.methods.fm_ot import FMOT
+    from pcgbench.metric import Metric
     from pcgbench.registry import METRICS, TASKS
     from pcgbench.runner import RunOptions, run
 

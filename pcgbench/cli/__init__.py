@@ -50,8 +50,70 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from pcgbench.termination import handling
 
+    _encodable_streams()
     with handling():  # SIGTERM: a clean stop (a fit's partial checkpoint first), exit 143
         return _main(argv)
+
+
+#: what tables and messages print beyond ASCII, as ASCII, for a stream whose encoding
+#: cannot hold them (``LC_ALL=C``, ``PYTHONIOENCODING=ascii``); anything else becomes a
+#: backslash escape
+ASCII_FALLBACK = str.maketrans({"±": "+-", "†": "+", "‡": "++", "✓": "yes", "✗": "x",
+                                "×": "x", "–": "-", "—": "--", "≤": "<=", "≥": ">=",
+                                "→": "->", "≈": "~", "·": ".", "−": "-", "²": "^2",
+                                "³": "^3", "ν": "nu"})
+
+
+class _SafeStream:
+    """stdout or stderr as every command writes it: :data:`ASCII_FALLBACK` (then
+    backslash escapes) where the encoding cannot hold a character, and a failed write (a
+    full disk or ``/dev/full`` behind it) raised as an OSError naming the stream instead
+    of an anonymous one; everything else is the wrapped stream's."""
+
+    def __init__(self, stream: typing.TextIO, name: str, ascii_only: bool) -> None:
+        self._stream, self._name, self._ascii = stream, name, ascii_only
+
+    def _guard(self, call: typing.Callable[[], typing.Any]) -> typing.Any:
+        try:
+            return call()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, self._name) from None
+
+    def write(self, text: str) -> int:
+        if self._ascii:
+            text = text.translate(ASCII_FALLBACK)
+        return self._guard(lambda: self._stream.write(text))
+
+    def flush(self) -> None:
+        self._guard(self._stream.flush)
+
+    def __getattr__(self, name: str) -> typing.Any:
+        return getattr(self._stream, name)
+
+
+def _encodable_streams() -> None:
+    """Wrap stdout and stderr in :class:`_SafeStream` (transliterating where their
+    encoding cannot hold what tables print: an ASCII locale); a closed stream (None), or
+    one that is not a reconfigurable text stream (captured by a test), is left alone."""
+    for name, label in (("stdout", "standard output"), ("stderr", "standard error")):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _SafeStream) or not hasattr(
+                stream, "reconfigure"):
+            continue
+        try:
+            "±‡✓é".encode(getattr(stream, "encoding", None) or "ascii")
+            ascii_only = False
+        except (UnicodeEncodeError, LookupError):
+            ascii_only = True
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                continue
+        setattr(sys, name, _SafeStream(stream, label, ascii_only))
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -82,7 +144,8 @@ def _main(argv: Sequence[str] | None) -> int:
             load_plugin(module)
         with logging_redirect_tqdm():
             rc = import_module(f"pcgbench.cli.{COMMANDS[args.command]}").run(args) or 0
-        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except BrokenPipeError:  # `pcgbench leaderboard | head -1`: the reader left
         _silence_stdout()
         return 141  # 128 + SIGPIPE, as a tool killed by it
@@ -95,6 +158,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.debug or exc.errno not in STORAGE_ERRNOS:
             raise
         path = exc.filename if exc.filename is not None else "a file"
+        if path == "standard output":  # the interpreter's last flush must not fail again
+            _silence_stdout()
         print(f"pcgbench: error: {printable(storage_error(path, exc, 'use'))}",
               file=sys.stderr)
         return 2

@@ -58,6 +58,18 @@ def add_parser(sub: typing.Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what is missing and exit")
 
 
+def check_job_options(args: argparse.Namespace) -> None:
+    """What ``sweep`` and ``tune`` check before any job starts (their dry runs too):
+    ``--timeout-min`` >= 1 (a job killed at once would show as an unnamed error) and
+    ``--seeds`` >= 0 (a negative seed is no run)."""
+    timeout = getattr(args, "timeout_min", None)
+    if timeout is not None and timeout < 1:
+        raise PcgError(f"--timeout-min must be >= 1 (minutes per job), got {timeout}")
+    bad = [s for s in getattr(args, "seeds", None) or () if s < 0]
+    if bad:
+        raise PcgError(f"--seeds must be >= 0, got {', '.join(map(str, bad))}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Plans and runs the matrix; exit code 1 when any job failed or a run is not ok."""
     import time
@@ -70,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     check_preset(args.preset)
     if args.max_parallel < 1:
         raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")
+    check_job_options(args)
     layout = None
     if args.ablation_change is not None and args.ablation is None:
         raise PcgError("--ablation-change needs --ablation")

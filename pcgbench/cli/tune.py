@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise PcgError(f"study {study.name} has stages {', '.join(names)}; got {args.stage!r}")
     if args.max_parallel < 1:
         raise PcgError(f"--max-parallel must be >= 1, got {args.max_parallel}")
+    from pcgbench.cli.sweep import check_job_options
+
+    check_job_options(args)
     indices = range(len(names)) if args.stage == "all" else [names.index(args.stage)]
     results = str(default_results_dir(args.results))
     print(f"study {study.name}: {study.description}")

@@ -1,0 +1,76 @@
+"""Output that survives its terminal (issue 63): a closed stdout, an ASCII-only encoding
+and a full device are a quiet exit or one line, never a traceback; format characters
+(bidi overrides, zero-width) are written out like control characters in every format;
+sweep and tune check their job options before any job starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from pcgbench.log import printable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _pcgbench(args: list[str], env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pcgbench", *args], cwd=ROOT, text=True,
+                          env={**os.environ, **(env or {})}, stderr=subprocess.PIPE,
+                          timeout=300, **kw)
+
+
+def test_format_characters_are_written_out_like_control_characters() -> None:
+    name = "fm\u202eot\u200bx\ufeff"
+    assert printable(name) == "fm\\u202eot\\u200bx\\ufeff"
+    assert printable("Fréchet ± ‡") == "Fréchet ± ‡"  # printable non-ASCII stays
+    from pcgbench.leaderboard.text import latex_escape, md_escape, to_csv
+
+    for text in (md_escape(name), latex_escape(name),
+                 to_csv(pd.DataFrame({"method": [name], "mean": [1.0]}))):
+        assert "\u202e" not in text and "\u200b" not in text and "202e" in text
+
+
+def test_an_ascii_only_stdout_gets_ascii_not_a_traceback() -> None:
+    out = _pcgbench(["list", "metrics"], env={"PYTHONIOENCODING": "ascii", "LC_ALL": "C"},
+                    stdout=subprocess.PIPE)
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+    assert "Fr\\xe9chet" in out.stdout  # no ASCII form known: a backslash escape
+    from pcgbench.cli import ASCII_FALLBACK
+
+    assert "± ‡ ✓".translate(ASCII_FALLBACK) == "+- ++ yes"
+
+
+def test_a_closed_stdout_is_a_quiet_exit() -> None:
+    out = _pcgbench(["list", "metrics"], preexec_fn=lambda: os.close(1))
+    assert out.returncode == 0 and "Traceback" not in out.stderr and out.stderr == ""
+
+
+def test_a_full_device_behind_stdout_is_one_line_naming_it() -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        out = _pcgbench(["list", "metrics"], stdout=full)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'standard output'" in lines[0] and "ENOSPC" in lines[0]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke", "--dry-run",
+      "--timeout-min", "0"], "--timeout-min must be >= 1"),
+    (["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke", "--dry-run",
+      "--timeout-min", "-5"], "--timeout-min must be >= 1"),
+    (["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke", "--dry-run",
+      "--seeds", "-1"], "--seeds must be >= 0"),
+    (["tune", "pmosfm_time_draws", "--dry-run", "--timeout-min", "0"],
+     "--timeout-min must be >= 1"),
+])
+def test_job_options_are_checked_before_any_job(capsys, argv, needle) -> None:
+    from conftest import assert_clean_error, cli
+
+    rc, out, err = cli(capsys, argv)
+    assert_clean_error(rc, err, needle)
