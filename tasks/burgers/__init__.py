@@ -168,8 +168,10 @@ class BurgersTask(Task):
         "narrower than the grid; 54-93 % of r_B^2 lies in 1 % of the points), so the data "
         "column is the evaluator's floor, and a sample that smears the fronts scores below "
         "it (the data low-pass filtered to |k| <= 8: re 1.39 vs 1.96 at the cpu 26 x 64): a "
-        "lower re than data is smoothing, not better physics; read it with wd, js and "
-        "energy.  The paper's Burgers RE (FM-OT 0.43, PMosFM 0.00435) lies below this "
+        "lower re than data is smoothing, not better physics (so re is ranked by its distance "
+        "from the data's value); read it with the headline structure (wd, js and energy "
+        "cannot tell per-pixel noise from data here: the sanity rows).  The paper's "
+        "Burgers RE (FM-OT 0.43, PMosFM 0.00435) lies below this "
         "evaluator's floor on true solutions at every grid we measured (1.35 at its "
         "201 x 1024; 1.96 at 26 x 64): the paper does not state the units or grid spacing "
         "of its RE, so its values are not on our scale")}
