@@ -81,6 +81,18 @@ class Study:
     #: overrides every candidate shares (e.g. the objective under study)
     base: tuple[tuple[str, Any], ...] = ()
 
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.candidates]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise PcgError(f"study {self.name!r} declares candidate(s) {', '.join(dupes)} "
+                           "more than once")
+        slugs: dict[str, str] = {}
+        for n in names:  # two names, one result file: refused when declared
+            if (other := slugs.setdefault(_slug(n), n)) != n:
+                raise PcgError(f"study {self.name!r}: candidates {other!r} and {n!r} would "
+                               f"share one result file ({_slug(n)!r}); rename one")
+
     def candidate(self, name: str) -> Candidate:
         for c in self.candidates:
             if c.name == name:
@@ -154,6 +166,66 @@ def result_path(root: Path, preset: str, stage: Stage, task: str, cand: Candidat
     return root / preset / f"stage{stage.name}" / task / _slug(cand.name) / f"seed{seed}.json"
 
 
+#: the layout of a study result file (``schema``/``version`` in it; a newer one is refused)
+RESULT_SCHEMA = "pcgbench-tune-result"
+RESULT_VERSION = 1
+
+
+def seal_result(res: dict[str, Any]) -> dict[str, Any]:
+    """A study result as written: ``schema``, ``version`` and a SHA-256 ``digest`` of the
+    rest (:func:`pcgbench.record.record_digest`, as a run record's)."""
+    from pcgbench.record import seal_record
+
+    return seal_record({**res, "schema": RESULT_SCHEMA, "version": RESULT_VERSION})
+
+
+def result_problem(res: Any) -> str | None:
+    """Why a loaded study result cannot be used (never read as a number), or None: not a
+    JSON object, another schema or a newer version, no digest or one that does not match
+    (edited or damaged), or ill-typed fields (``status`` a string; ``ratios`` and
+    ``sanity`` maps of finite positive numbers; ``seed`` an integer)."""
+    from pcgbench.record import record_digest
+
+    if not isinstance(res, dict):
+        return "not a JSON object"
+    if res.get("schema") != RESULT_SCHEMA:
+        return f"not a study result (schema {res.get('schema')!r})"
+    if not isinstance(res.get("version"), int) or res["version"] > RESULT_VERSION:
+        return f"written by a newer pcgbench (version {res.get('version')!r}): upgrade"
+    if not isinstance(res.get("digest"), str):
+        return "no digest"
+    if record_digest(res) != res["digest"]:
+        return "its content does not match its digest (edited or damaged)"
+    if not isinstance(res.get("status"), str) or not isinstance(res.get("seed"), int):
+        return "ill-typed status or seed"
+    for key in ("ratios", "sanity"):
+        block = res.get(key, {})
+        if not isinstance(block, dict) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                and v > 0 for v in block.values()):
+            return f"field {key!r} is not a map of finite positive numbers"
+    return None
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    """The study result at ``path``; None when there is none, or when it cannot be used
+    (one warning naming the file and why: it is recomputed, never read as a number)."""
+    if not path.exists():
+        return None
+    try:
+        res = json.loads(path.read_text())
+        problem = result_problem(res)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        problem = f"unreadable ({type(exc).__name__})"
+    if problem is None:
+        return res
+    import warnings
+
+    warnings.warn(f"study result {path} is not used: {problem}; it is recomputed",
+                  stacklevel=2)
+    return None
+
+
 # -- one job ----------------------------------------------------------------------------
 def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     """Each metric of ``repeats * len(val)`` training rows against the val split, mean of
@@ -167,7 +239,16 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
         if path.exists():
-            return json.loads(path.read_text())["metrics"]
+            try:
+                cached = json.loads(path.read_text())["metrics"]
+                if isinstance(cached, dict) and _usable_floor(cached, task.headline):
+                    return cached
+                problem = f"no usable {task.headline} floor in it"
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+                problem = f"unreadable ({type(exc).__name__})"
+            import warnings
+
+            warnings.warn(f"val floor cache {path}: {problem}; regenerated", stacklevel=2)
         train, val = task.dataset("train"), task.dataset("val")
         n = repeats * len(val)
         runs = []
@@ -178,9 +259,20 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
             runs.append(evaluate(task, ref.x, val.x, ref.cond, val.cond))
         metrics = {k: statistics.fmean(float(r[k]) for r in runs)
                    for k in runs[0] if all(isinstance(r[k], int | float) for r in runs)}
+        if not _usable_floor(metrics, task.headline):
+            raise PcgError(f"the val floor of {task.name} has {task.headline} = "
+                           f"{metrics.get(task.headline)!r} (real data against the val "
+                           f"split; {path}): no ratio can be taken to it")
         atomic_write_json(path, {"task": task.name, "preset": task.preset, "repeats": repeats,
                                  "draws": FLOOR_DRAWS, "n": n, "metrics": metrics})
         return metrics
+
+
+def _usable_floor(metrics: dict[str, Any], headline: str) -> bool:
+    """Whether a floor can divide: its headline a finite number above 0."""
+    v = metrics.get(headline)
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) \
+        and v > 0
 
 
 def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
@@ -200,7 +292,12 @@ def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
     floor = val_floor(task, repeats, root).get(headline)
     with FileLock(f"{path}.lock"):
         if path.exists():
-            return json.loads(path.read_text())["ratios"]
+            try:
+                cached = json.loads(path.read_text())["ratios"]
+                if isinstance(cached, dict):
+                    return cached
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+                pass  # damaged: computed again below
         train, val = task.dataset("train"), task.dataset("val")
         n = repeats * len(val)
         ratios = {}
@@ -240,8 +337,7 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
     cand = study.candidate(cand_name)
     root = study_dir(study, results_dir)
     out = result_path(root, preset, stage, task_name, cand, seed)
-    if out.exists():
-        res = json.loads(out.read_text())
+    if (res := read_result(out)) is not None:
         if res.get("status") != "ok" or headline_of(task_name) in (res.get("ratios") or {}):
             return {"status": "exists", "detail": _detail(res), "seconds": 0.0}
         # scored before the task's headline existed: scored again (the fit is cached)
@@ -281,7 +377,7 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
                    method_info=method.record_extras())
     res.update(git=environment.git_hash(), created=environment.now(),
                wall_seconds=time.perf_counter() - t0)
-    atomic_write_json(out, res)
+    atomic_write_json(out, seal_result(res))
     return {"status": res["status"], "detail": _detail(res), "seconds": res["wall_seconds"]}
 
 
@@ -311,7 +407,7 @@ def load_results(study: Study, root: Path, preset: str, stage: Stage,
         for task in study.tasks:
             for seed in stage.seeds:
                 p = result_path(root, preset, stage, task, cand, seed)
-                res = json.loads(p.read_text()) if p.exists() else None
+                res = read_result(p)
                 if res is not None and (res.get("status") != "ok"
                                         or headline_of(task) in (res.get("ratios") or {})):
                     found[cand.name].append(res)
@@ -480,7 +576,8 @@ def plan_stage(study: Study, index: int, preset: str, results_dir: str | None,
     for cand in stage_candidates(study, root, preset, index):
         for task in study.tasks:
             for seed in stage.seeds:
-                if result_path(root, preset, stage, task, cand, seed).exists():
+                if read_result(result_path(root, preset, stage, task, cand, seed)) \
+                        is not None:
                     present += 1
                     continue
                 jobs.append(Job("tune", f"stage {stage.name} {task} {cand.name} seed {seed}",

@@ -57,6 +57,9 @@ def test_a_job_scores_on_the_val_split_and_never_reads_test(dirs, tiny, monkeypa
     res = json.loads(path.read_text())
     assert res["split"] == "val" and res["overrides"]["iterations"] == 2
     assert res["ratios"]["wd"] == pytest.approx(res["metrics"]["wd"] / res["floor"]["wd"])
+    assert res["headline"] == "structure" and set(res["sanity"]) == {
+        "noise", "shuffle", "blur", "phase", "gaussian"}
+    assert tune.result_problem(res) is None  # sealed
     # cached: the second call returns the stored result
     assert tune.tune_job("tiny", "1", "burgers", "e0|a", 0, "smoke", None, None,
                          "cpu")["status"] == "exists"
@@ -73,7 +76,8 @@ def test_stages_keep_the_best_and_the_default_and_write_tables(dirs, tiny, capsy
     assert [c.name for c in second] == list(dict.fromkeys(
         [first[0]["candidate"], "e1|b"]))
     md = (root / "smoke" / "summary-stage2.md").read_text()
-    assert "scored on the VAL split" in md and "best:" in md
+    # 3 updates at smoke learn nothing: a sanity row beats every candidate, so no choice
+    assert "scored on the VAL split" in md and "no choice: a sanity row beats" in md
     assert (root / "smoke" / "summary-stage2.csv").read_text().startswith("candidate,score")
     out = capsys.readouterr().out
     assert "-- stage 2:" in out
@@ -84,9 +88,52 @@ def test_stages_keep_the_best_and_the_default_and_write_tables(dirs, tiny, capsy
 
 def test_a_failed_run_ranks_last_and_is_named(tiny):
     stage = tiny.stages[0]
-    ok = {"task": "burgers", "seed": 0, "status": "ok", "ratios": {"wd": 2.0, "energy": 2.0}}
+    ok = {"task": "burgers", "seed": 0, "status": "ok",
+          "ratios": {"structure": 2.0, "wd": 2.0, "energy": 2.0}}
     bad = {"task": "burgers", "seed": 0, "status": "diverged"}
     res = tune.summarize(tiny, stage, {"x": [bad], "y": [ok]}, 0)
     assert [r["candidate"] for r in res.rows] == ["y", "x"]
     assert res.rows[1]["failed"] == ["burgers/seed0: diverged"]
     assert "failed" in tune.render(tiny, res, "smoke")
+
+
+def test_a_damaged_edited_or_ill_typed_result_is_named_and_recomputed(dirs, tiny):
+    args = ("tiny", "1", "burgers", "e0|a", 0, "smoke", None, None, "cpu")
+    assert tune.tune_job(*args)["status"] == "ok"
+    (path,) = (dirs / "results" / "tune" / "tiny").rglob("seed0.json")
+    good = json.loads(path.read_text())
+    edited = {**good, "ratios": {**good["ratios"], "structure": 1e-9}}
+    for content in ('{"status": "ok", "ratios": {"wd": 2', json.dumps(edited),
+                    json.dumps({**good, "ratios": {"wd": "low"}}), json.dumps([1, 2])):
+        path.write_text(content)
+        with pytest.warns(UserWarning, match="is not used"):
+            assert tune.read_result(path) is None
+        with pytest.warns(UserWarning, match="is recomputed"):
+            assert tune.tune_job(*args)["status"] == "ok"  # recomputed, not "exists"
+        assert tune.result_problem(json.loads(path.read_text())) is None
+
+
+def test_colliding_candidate_names_are_refused_when_declared():
+    from pcgbench.tune import Candidate
+
+    stage = (Stage("1", 2, (0,)),)
+    with pytest.raises(PcgError, match="more than once"):
+        Study("s", "pmosfm", "d", (Candidate("a", ()), Candidate("a", ())), ("burgers",), stage)
+    with pytest.raises(PcgError, match="share one result file"):
+        Study("s", "pmosfm", "d", (Candidate("a/b", ()), Candidate("a_b", ())), ("burgers",),
+              stage)
+
+
+def test_a_zero_val_floor_is_refused_naming_the_file(dirs, tiny, monkeypatch):
+    from pcgbench.registry import TASKS
+
+    real = tune.evaluate if hasattr(tune, "evaluate") else None
+    assert real is None  # the floor goes through the runner's evaluate
+    import pcgbench.runner as runner
+
+    orig = runner.evaluate
+    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: {**orig(*a, **k),
+                                                             "structure": 0.0})
+    task = TASKS.get("burgers")(preset="smoke", progress=False)
+    with pytest.raises(PcgError, match="val floor of burgers has structure = 0.0"):
+        tune.val_floor(task, 2, tune.study_dir(tiny, None))
