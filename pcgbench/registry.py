@@ -59,7 +59,8 @@ class Registry(Generic[T]):
                 raise PcgError(f"{self.kind} {name!r}: {obj!r} is not a subclass of "
                                f"{base.__module__}.{base.__name__}")
         if name in self._objects and self._objects[name] is not obj:
-            raise PcgError(f"duplicate {self.kind} name {name!r}: already registered")
+            raise PcgError(f"duplicate {self.kind} name {name!r}: already registered"
+                           + _defined_in(self._objects[name], obj))
         if name in self._lazy:
             raise PcgError(f"duplicate {self.kind} name {name!r}: already registered lazily")
         self._objects[name] = obj
@@ -154,11 +155,26 @@ MAX_NAME = 64
 #: names the harness uses for its own columns and rows, per registry kind
 RESERVED: dict[str, dict[str, str]] = {
     "method": {"data": "the leaderboard's data reference column (val vs test)",
-               "metric": "the tables' row-label column"},
+               "metric": "the tables' row-label column",
+               **{name: "a sanity row of every table (pcgbench/sanity.py)" for name in (
+                   "noise", "shuffle", "blur", "phase", "gaussian", "train_copy")}},
     "metric": {name: "a row or record field of the harness's own" for name in (
         "nfe", "time", "train", "memory", "params", "parameters", "nonfinite_fraction",
         "blowup_fraction", "metric")},
 }
+
+
+def _defined_in(old: object, new: object) -> str:
+    """`` (by FILE; again by FILE)`` for a clash of two registered objects, where their
+    modules have files."""
+    def where(obj: object) -> str | None:
+        mod = sys.modules.get(getattr(obj, "__module__", "") or "")
+        return getattr(mod, "__file__", None)
+
+    a, b = where(old), where(new)
+    if a is None and b is None:
+        return ""
+    return f" (by {a or 'an unknown module'}; again by {b or 'an unknown module'})"
 
 
 def check_name(kind: str, name: object) -> None:
@@ -187,7 +203,14 @@ def load_plugin(module: str) -> None:
         path = Path(module).expanduser()
         if not path.is_file():
             raise PcgError(f"--plugin {module!r}: no such file")
-        name = f"pcgbench_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}"
+        import hashlib
+
+        # identity by the resolved path, not the stem: v1/mine.py and v2/mine.py are two
+        # plugins (stems differing only in non-ASCII characters too); the same file
+        # given twice is loaded once
+        where = str(path.resolve())
+        digest = hashlib.sha256(where.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        name = f"pcgbench_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
         if name in sys.modules:  # already loaded in this process
             return
         spec = importlib.util.spec_from_file_location(name, path)
