@@ -207,10 +207,11 @@ def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]
 
 
 def build_report(records: list[RunRecord], out: Path, task: str | None = None,
-                 preset: str | None = None) -> tuple[Path, float]:
-    """Write ``out/report.html``; returns (path, seconds taken)."""
+                 preset: str | None = None, variants: bool = False) -> tuple[Path, float]:
+    """Write ``out/report.html`` (``variants``: variant columns too, each its own);
+    returns (path, seconds taken)."""
     t0 = time.perf_counter()
-    groups = group_records(records)
+    groups = group_records(records, variants=variants)
     keys = sorted(k for k in groups if task in (None, k[0]) and preset in (None, k[1]))
     sections = [task_section(t, p, groups[(t, p)], records) for t, p in keys]
     toc = "".join(f'<li><a href="#{html.escape(t)}-{html.escape(p)}">{html.escape(t)} '

@@ -72,3 +72,20 @@ def test_report_loads_in_headless_chromium(report: Path, tmp_path: Path):
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     finally:
         driver.quit()
+
+
+def test_report_variants_are_shown_on_request_and_counted_otherwise(report: Path, capsys):
+    """``report`` leaves variant columns out by default and says how many; ``--variants``
+    shows each (issue 63); the sanity rows stand beside the data column, never as a
+    method's samples."""
+    assert main(["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke",
+                 "--set", "iterations=2", "--quiet"]) == 0
+    out_dir = report.parent
+    capsys.readouterr()
+    assert main(["report", "--out", str(out_dir)]) == 0
+    assert "left out 1 variant column(s)" in capsys.readouterr().out
+    assert "fm_ot[iterations=2]" not in report.read_text()
+    assert main(["report", "--out", str(out_dir), "--variants"]) == 0
+    assert "left out" not in capsys.readouterr().out
+    page = report.read_text()
+    assert "fm_ot[iterations=2]" in page and "noise (sanity)" in page

@@ -20,6 +20,9 @@ def add_parser(sub: typing.Any) -> None:
     p.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
     p.add_argument("--out", default="pcgbench_report", help="output directory")
+    p.add_argument("--variants", action="store_true",
+                   help="also show variant columns (runs with --set/--chart/--data-file/"
+                   "--tag), each its own column, as `leaderboard --variants`")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -39,5 +42,16 @@ def run(args: argparse.Namespace) -> None:
     if not records:
         raise PcgError(f"no run records under {root}; run `pcgbench run` first")
     out = ensure_writable(Path(args.out).expanduser())
-    path, seconds = build_report(records, out, args.task, args.preset)
+    variants = bool(getattr(args, "variants", False))
+    path, seconds = build_report(records, out, args.task, args.preset, variants=variants)
     print(f"report: {path} ({path.stat().st_size / 1024:.0f} KiB, {seconds:.1f} s)")
+    if not variants:
+        from pcgbench.leaderboard.tables import group_records
+
+        shown = group_records(records)
+        every = group_records(records, variants=True)
+        left = sum(len(set(cols) - set(shown.get(key, {}))) for key, cols in every.items()
+                   if (args.task in (None, key[0])) and (args.preset in (None, key[1])))
+        if left:
+            print(f"left out {left} variant column(s) (runs with --set/--chart/--data-file/"
+                  "--tag): --variants shows them")
