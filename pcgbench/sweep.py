@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -290,14 +291,54 @@ def execute(jobs: list[Job], executor: Any, max_parallel: int,
     return results
 
 
+@contextlib.contextmanager
+def _children_stderr(executor: Any) -> Iterator[None]:
+    """While a job is submitted, file descriptor 2 points at ``controllers.log`` in the
+    executor's log folder, so a local job's controller process (submitit's, which
+    inherits it) writes there, not on the user's terminal: a stop (SIGTERM, Ctrl-C) then
+    leaves one line, not one traceback per cancelled job.  Restored right after."""
+    folder = getattr(executor, "folder", None) or getattr(
+        getattr(executor, "_executor", None), "folder", None)
+    if folder is None or getattr(executor, "cluster", "local") not in ("local", None):
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        fd = os.open(Path(folder) / "controllers.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                     0o644)
+    except OSError:
+        os.close(saved)
+        yield
+        return
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
 def cancel(running: list[tuple[Job, Any]], log: Callable[[str], None] = print) -> None:
-    """Cancel every job still in flight (submitit: SIGINT to a local job's process, the
-    cluster's cancel command for SLURM)."""
+    """Cancel every job still in flight: a local job's controller gets SIGTERM, which it
+    forwards to the job (a clean stop there, :mod:`pcgbench.termination`; submitit's own
+    cancel sends SIGINT, a traceback per job), a cluster job its scheduler's cancel."""
+    import signal
+
     for job, fut in running:
         if fut.done():
             continue
         try:
-            fut.cancel(check=False)
+            process = getattr(fut, "_process", None)
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            else:
+                fut.cancel(check=False)
             log(f"cancelled: {job.label}")
         except Exception as exc:  # noqa: BLE001 - keep cancelling the others
             log(f"could not cancel {job.label}: {type(exc).__name__}: {exc}")
@@ -309,7 +350,8 @@ def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dic
     while pending or running:
         while pending and len(running) < max_parallel:
             job = pending.pop(0)
-            running.append((job, executor.submit(in_job, threads, job.fn, *job.args)))
+            with _children_stderr(executor):
+                running.append((job, executor.submit(in_job, threads, job.fn, *job.args)))
         done = [(j, f) for j, f in running if f.done()]
         if not done:
             time.sleep(0.2)
@@ -335,7 +377,7 @@ class SweepStopped(PcgError):
 
 
 @contextlib.contextmanager
-def stop_on_sigterm() -> Iterator[None]:
+def stop_on_sigterm(command: str = "sweep") -> Iterator[None]:
     """SIGTERM (a scheduler or ``kill``) raises :class:`SweepStopped` in the main thread,
     so :func:`execute` cancels the jobs in flight instead of leaving them orphaned."""
     import signal
@@ -346,8 +388,8 @@ def stop_on_sigterm() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise SweepStopped("sweep stopped by SIGTERM; running jobs cancelled (completed "
-                           "records are kept; rerun the sweep to finish)")
+        raise SweepStopped(f"{command} stopped by SIGTERM; running jobs cancelled "
+                           f"(completed results are kept; rerun the {command} to finish)")
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:

@@ -220,3 +220,40 @@ def test_the_ablation_change_plans_natives_draws_for_the_drawing_objectives(dirs
     assert "objective=shortcut" not in out and "objective=drifting" not in out
     assert main(["sweep", "--ablation-change", "native_draws", "--dry-run"]) == 2
     assert "--ablation-change needs --ablation" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["sigterm", "group_sigint"])
+def test_a_stopped_local_sweep_is_one_line_without_tracebacks(tmp_path, how):
+    """SIGTERM to ``sweep`` (a scheduler, ``kill``), or Ctrl-C on its terminal (SIGINT to
+    the whole process group, job controllers included): the jobs in flight are cancelled
+    and stderr holds one line and no traceback (submitit's job controllers write to the
+    log folder); exit 143 for SIGTERM as ``run`` documents, 130 for Ctrl-C (issue 63)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PCGBENCH_RESULTS": str(tmp_path / "r"),
+           "PCGBENCH_DATA": str(tmp_path / "d")}
+    argv = [sys.executable, "-m", "pcgbench", "sweep", "--tasks", "burgers", "--methods",
+            "fm_ot:iterations=200000", "--preset", "smoke", "--executor", "local",
+            "--max-parallel", "2", "--log-dir", str(tmp_path / "logs")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    deadline = time.time() + 120
+    line = ""
+    while time.time() < deadline and "burgers data" not in line:  # the fit job starts next
+        line = proc.stdout.readline()
+        assert line or proc.poll() is None, proc.stderr.read()
+    time.sleep(4.0)
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (143 if how == "sigterm" else 130), err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("pcgbench: sweep stopped by SIGTERM" if how == "sigterm"
+                           else "pcgbench: interrupted"), err

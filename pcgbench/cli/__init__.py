@@ -152,6 +152,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except PcgError as exc:
         if args.debug:
             raise
+        from pcgbench.sweep import SweepStopped
+
+        if isinstance(exc, SweepStopped):  # a stop, not an error: as `run` documents
+            print(f"pcgbench: {printable(exc)}", file=sys.stderr)
+            return EXIT_CODE
         print(f"pcgbench: error: {printable(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # a storage fault the code did not name (full disk, ...)

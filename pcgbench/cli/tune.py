@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             data = [Job("data", f"{t} data", data_job,
                         (t, args.preset, args.data_dir, tuple(args.plugin)))
                     for t in study.tasks]
-            with stop_on_sigterm():
+            with stop_on_sigterm("tune"):
                 execute(data, executor, eo.max_parallel, threads=threads)
                 out = execute(jobs, executor, eo.max_parallel, threads=threads)
             failed += sum(r["status"] not in ("ok", "exists") for r in out)
