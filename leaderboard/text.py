@@ -41,8 +41,18 @@ _LATEX_SPECIAL.update({"†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$", "–": "
 def latex_escape(text: str) -> str:
     """A plain-text cell (method, variant, metric and file names) as LaTeX text: every
     special character escaped (``\\ { } ^ ~ _ % & # $``) and control characters written
-    out, so a name cannot run a command (``\\input``) or break the table."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in printable(text))
+    out, so a name cannot run a command (``\\input``) or break the table; a character
+    pdflatex's default fonts cannot set (beyond the Latin-1 letters its utf8 input
+    encoding maps, e.g. 日) as its code point, ``[U+65E5]`` in typewriter type, so
+    ``--standalone`` compiles whatever a name holds."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) if _settable(ch)
+                   else f"\\texttt{{[U+{ord(ch):04X}]}}" for ch in printable(text))
+
+
+def _settable(ch: str) -> bool:
+    """ASCII, a character with a mapping above, or a Latin-1 letter (À-ÿ but × ÷)."""
+    return ch.isascii() or ch in _LATEX_SPECIAL or (
+        "\u00c0" <= ch <= "\u00ff" and ch not in "\u00d7\u00f7")
 
 
 #: markdown characters that format wherever they stand (a backslash first: it escapes)

@@ -191,3 +191,27 @@ def test_one_renderer_formats_every_table():
             elif isinstance(node, ast.Import) and path.parent.name == "leaderboard":
                 assert path.name == "render.py" or all(a.name != "tabulate"
                                                        for a in node.names), path.name
+
+
+def test_latex_sets_any_name_it_cannot_typeset_as_its_code_point():
+    """A name pdflatex's default fonts cannot set (CJK, symbols without a mapping) is
+    written as its code point; Latin-1 letters and the mapped symbols stay (issue 63)."""
+    from pcgbench.leaderboard.text import latex_escape
+
+    assert latex_escape("données_日本.h5") == r"données\_\texttt{[U+65E5]}\texttt{[U+672C]}.h5"
+    assert latex_escape("± ‡ ×") == r"$\pm$ $^{\ddagger}$ $\times$"
+    assert latex_escape("a\u202eb") == r"a\textbackslash{}u202eb"  # a format character
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed")
+def test_standalone_latex_compiles_whatever_a_data_file_is_called(tmp_path, monkeypatch,
+                                                                   capsys):
+    root = tmp_path / "results"
+    monkeypatch.setenv("PCGBENCH_RESULTS", str(root))
+    label = "data=données_日本✓.h5@0123abcd"
+    _record(root, "burgers", "data", 0, {"re": 2.4, "wd": 0.07}, variant=label)
+    _record(root, "burgers", "fm_ot", 0, {"re": 2.0, "wd": 0.08},
+            variant=f"iterations=2,{label}")
+    tex = _latex(capsys, "--standalone", "--variants", "--task", "burgers")
+    assert "日" not in tex and "[U+65E5]" in tex
+    _compile(tex, tmp_path)
