@@ -68,6 +68,7 @@ def test_a_full_device_behind_stdout_is_one_line_naming_it() -> None:
       "--seeds", "-1"], "--seeds must be >= 0"),
     (["tune", "pmosfm_time_draws", "--dry-run", "--timeout-min", "0"],
      "--timeout-min must be >= 1"),
+    (["tune", "pmosfm_time_draws", "--dry-run", "--device", "cuda:7"], "cuda"),
 ])
 def test_job_options_are_checked_before_any_job(capsys, argv, needle) -> None:
     from conftest import assert_clean_error, cli

@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.cli.sweep import check_job_options
 
     check_job_options(args)
+    from pcgbench.environment import resolve_device
+
+    resolve_device(args.device)  # a bad or absent device is one line before any planning
     indices = range(len(names)) if args.stage == "all" else [names.index(args.stage)]
     results = str(default_results_dir(args.results))
     print(f"study {study.name}: {study.description}")
