@@ -33,17 +33,22 @@ def _parse(path: Path) -> tuple[dict[str, Any] | None, str]:
     return rec, ""
 
 
+#: how many unusable records ``load_records`` names one by one; more are summed up
+NAMED_SKIPS = 10
+
+
 def load_records(root: Path, allow_unsealed: bool = False) -> list[RunRecord]:
     """All run records under ``root/records``.  A record that cannot be used -- ill-typed
     anywhere (:data:`pcgbench.record.RECORD_SCHEMA`), of a newer layout, without a
     ``digest`` (unless ``allow_unsealed``: imported on purpose, and said once), with
     content that does not match its digest (edited or damaged) or with a metric outside
-    its range -- is skipped and named in one warning each; files that are no records at
+    its range -- is skipped and named in one warning each (the first ``NAMED_SKIPS``, then
+    one line with the total); files that are no records at
     all (unreadable, binary, not a JSON object, without task and method) are counted in
     one summary warning.  Never a crash, and nothing skipped is shown as a result."""
     out = []
     junk: list[tuple[Path, str]] = []
-    unsealed = 0
+    unsealed = skipped = 0
     for path in sorted((root / "records").rglob("*.json")):
         rec, why = _parse(path)
         if rec is None:
@@ -51,10 +56,16 @@ def load_records(root: Path, allow_unsealed: bool = False) -> list[RunRecord]:
             continue
         problem = record_integrity(rec, allow_unsealed)
         if problem is not None:
-            warnings.warn(f"skipping record {path}: {problem}", stacklevel=2)
+            skipped += 1
+            if skipped <= NAMED_SKIPS:
+                warnings.warn(f"skipping record {path}: {problem}", stacklevel=2)
             continue
         unsealed += "digest" not in rec
         out.append(RunRecord(MappingProxyType(rec), str(path)))
+    if skipped > NAMED_SKIPS:
+        warnings.warn(f"skipped {skipped} records that cannot be used in all (the first "
+                      f"{NAMED_SKIPS} named above; edited, damaged, ill-typed or newer): "
+                      "they count in no table", stacklevel=2)
     if junk:
         (first, why), n = junk[0], len(junk)
         warnings.warn(f"skipped {n} file{'s' if n > 1 else ''} that {'are' if n > 1 else 'is'} "

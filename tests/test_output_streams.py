@@ -75,3 +75,24 @@ def test_job_options_are_checked_before_any_job(capsys, argv, needle) -> None:
 
     rc, out, err = cli(capsys, argv)
     assert_clean_error(rc, err, needle)
+
+
+def test_many_tampered_records_are_named_up_to_ten_then_counted(tmp_path) -> None:
+    import json
+    import warnings
+
+    from pcgbench.leaderboard.records import NAMED_SKIPS, load_records
+    from pcgbench.record import seal_record
+
+    folder = tmp_path / "records" / "burgers" / "cpu" / "fm_ot"
+    folder.mkdir(parents=True)
+    for i in range(30):
+        rec = seal_record({"task": "burgers", "method": "fm_ot", "seed": i, "preset": "cpu",
+                           "metrics": {"wd": 0.1}})
+        rec["metrics"]["wd"] = 0.2  # edited after sealing
+        (folder / f"seed{i}.json").write_text(json.dumps(rec))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_records(tmp_path) == []
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == NAMED_SKIPS + 1 and "skipped 30 records" in lines[-1]
