@@ -96,3 +96,21 @@ def test_many_tampered_records_are_named_up_to_ten_then_counted(tmp_path) -> Non
         assert load_records(tmp_path) == []
     lines = [str(w.message) for w in caught]
     assert len(lines) == NAMED_SKIPS + 1 and "skipped 30 records" in lines[-1]
+
+
+def test_a_method_folder_named_like_a_json_file_is_no_junk(tmp_path) -> None:
+    import json
+    import warnings
+
+    from pcgbench.leaderboard.records import load_records
+    from pcgbench.record import seal_record
+
+    folder = tmp_path / "records" / "burgers" / "cpu" / "x.json"
+    folder.mkdir(parents=True)
+    (folder / "seed0-abc.json").write_text(json.dumps(seal_record({
+        "task": "burgers", "method": "x.json", "seed": 0, "preset": "cpu",
+        "metrics": {"wd": 0.1}})))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (rec,) = load_records(tmp_path)
+    assert rec.method == "x.json" and not caught
