@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -73,6 +74,20 @@ def make_dir(path: Path) -> Path:
 
 
 def ensure_writable(path: Path) -> Path:
+    """``path`` as a writable directory (made if absent), else one line saying what is in
+    the way: a regular file, a symlink loop or a dangling link, or no write permission."""
+    if path.is_symlink() and not path.exists():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13: a loop
+            raise PcgError(f"directory {str(path)!r} is a symlink loop") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise PcgError(f"directory {str(path)!r} is a symlink loop") from None
+            raise PcgError(f"directory {str(path)!r} is a dangling symlink (to "
+                           f"{os.readlink(path)!r})") from None
+    if path.exists() and not path.is_dir():
+        raise PcgError(f"{str(path)!r} is a file, not a directory: pass a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=path, delete=True)

@@ -114,3 +114,17 @@ def test_a_method_folder_named_like_a_json_file_is_no_junk(tmp_path) -> None:
         warnings.simplefilter("always")
         (rec,) = load_records(tmp_path)
     assert rec.method == "x.json" and not caught
+
+
+def test_a_results_dir_that_is_a_file_or_a_symlink_loop_says_so(tmp_path, capsys) -> None:
+    from conftest import assert_clean_error, cli
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "dangle").symlink_to(tmp_path / "nowhere")
+    base = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--results"]
+    for name, needle in (("afile", "is a file, not a directory"), ("a", "symlink loop"),
+                         ("dangle", "dangling symlink")):
+        rc, _, err = cli(capsys, [*base, str(tmp_path / name)])
+        assert_clean_error(rc, err, needle)
