@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Protocol
@@ -147,6 +148,17 @@ def load_or_generate(task: CachedTask, split: str) -> FieldData:
     from pcgbench.storage import ensure_writable, remove_orphan_temps
 
     path = cache_path(task, split)
+    if path.exists() and not os.access(path.parent, os.W_OK):
+        # a complete cache on a read-only mount: reading needs no write (nor a lock file);
+        # a file that does not read back is named (regenerating it would need a write)
+        try:
+            return _read(path, task, split)
+        except PcgError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise PcgError(f"dataset cache {path} is unreadable or mismatched ({exc}) and "
+                           "its directory is read-only: it cannot be regenerated there") \
+                from exc
     ensure_writable(path.parent)  # before the (possibly long) generation, not after
     remove_orphan_temps(path.parent, subdirs=(".",))  # a killed write's leftovers
     with FileLock(f"{path}.lock"):

@@ -128,3 +128,21 @@ def test_a_results_dir_that_is_a_file_or_a_symlink_loop_says_so(tmp_path, capsys
                          ("dangle", "dangling symlink")):
         rc, _, err = cli(capsys, [*base, str(tmp_path / name)])
         assert_clean_error(rc, err, needle)
+
+
+def test_a_complete_cache_on_a_read_only_mount_is_read(tmp_path, monkeypatch) -> None:
+    """Reading a complete dataset cache needs no write: a read-only mount is fine
+    (simulated: this suite may run as root, whom permissions do not stop)."""
+    import pcgbench.datacache as datacache
+    from pcgbench.registry import TASKS
+
+    task = TASKS.get("burgers")(preset="smoke", data_dir=tmp_path, progress=False)
+    first = task.dataset("train")
+    folder = datacache.cache_path(task, "train").parent
+    real = os.access
+    monkeypatch.setattr(datacache.os, "access",
+                        lambda p, mode: False if str(p) == str(folder) else real(p, mode))
+    monkeypatch.setattr("pcgbench.storage.ensure_writable", lambda p: pytest.fail(
+        f"asked to write {p}"))
+    again = TASKS.get("burgers")(preset="smoke", data_dir=tmp_path, progress=False)
+    assert (again.dataset("train").x == first.x).all()
