@@ -137,3 +137,16 @@ def test_a_zero_val_floor_is_refused_naming_the_file(dirs, tiny, monkeypatch):
     task = TASKS.get("burgers")(preset="smoke", progress=False)
     with pytest.raises(PcgError, match="val floor of burgers has structure = 0.0"):
         tune.val_floor(task, 2, tune.study_dir(tiny, None))
+
+
+def test_when_every_stage_one_job_fails_the_last_line_says_so(dirs, tiny, monkeypatch,
+                                                               capsys):
+    def broken(*args):
+        raise RuntimeError("the solver exploded")
+
+    monkeypatch.setattr(tune, "tune_job", broken)
+    rc = main(["tune", "tiny", "--preset", "smoke", "--executor", "debug", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert "stage 1: 4 of 4 job(s) failed" in err[-1] and "the solver exploded" in err[-1]
+    assert "run it first" not in err[-1]

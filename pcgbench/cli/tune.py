@@ -108,5 +108,12 @@ def run(args: argparse.Namespace) -> int:
                 execute(data, executor, eo.max_parallel, threads=threads)
                 out = execute(jobs, executor, eo.max_parallel, threads=threads)
             failed += sum(r["status"] not in ("ok", "exists") for r in out)
+            lost = [r for r in out if r["status"] == "error"]  # no result was written
+            if lost and i != indices[-1]:
+                detail = lost[0].get("detail") or "no detail"
+                raise PcgError(f"stage {names[i]}: {len(lost)} of {len(out)} job(s) failed "
+                               f"(e.g. {lost[0]['label']}: {detail}); stage "
+                               f"{names[i + 1]} needs every result of this one: fix the "
+                               "cause and rerun (finished results are kept)")
         print(write_summary(study, i, args.preset, results))
     return int(failed > 0)
