@@ -361,8 +361,7 @@ def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dic
             try:
                 out = fut.result()
             except Exception as exc:  # noqa: BLE001 - a lost job (killed, timed out)
-                text = str(exc).strip().splitlines()
-                out = {"status": "error", "detail": text[-1] if text else type(exc).__name__,
+                out = {"status": "error", "detail": lost_job_detail(exc, fut),
                        "seconds": float("nan")}
             counter[0] += 1
             out = {"label": job.label, "stage": job.stage, **out}
@@ -370,6 +369,27 @@ def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dic
             log(f"[{counter[0]}/{total}] {job.label}: {out['status']}"
                 + (f" ({out['detail']})" if out.get("detail") else "")
                 + (f" {out['seconds']:.1f} s" if out["seconds"] == out["seconds"] else ""))
+
+
+def lost_job_detail(exc: BaseException, fut: Any) -> str:
+    """One line for a job that ended without a result: submitit's message is a log
+    excerpt (its last line is often a rule of dashes or a log line), so the line says what
+    happened in words -- killed, out of time or memory, or the error's last informative
+    line -- and where the job's log is."""
+    lines = [ln.strip() for ln in str(exc).splitlines()]
+    words = [ln for ln in lines if any(ch.isalnum() for ch in ln)
+             and not ln.startswith(("submitit", "Traceback", "File "))]
+    kind = type(exc).__name__
+    if kind in ("UncompletedJobError", "FailedJobError") or not words:
+        what = "ended without a result (killed, or out of time or memory)"
+        text = " ".join(lines).lower()
+        if "timed out" in text or "timeout" in text:
+            what = "ran out of its --timeout-min"
+    else:
+        what = f"{kind}: {words[-1]}"
+    paths = getattr(fut, "paths", None)
+    log = getattr(paths, "stderr", None)
+    return f"{what}" + (f"; log: {log}" if log is not None else "")
 
 
 class SweepStopped(PcgError):

@@ -257,3 +257,23 @@ def test_a_stopped_local_sweep_is_one_line_without_tracebacks(tmp_path, how):
     last = err.strip().splitlines()[-1]
     assert last.startswith("pcgbench: sweep stopped by SIGTERM" if how == "sigterm"
                            else "pcgbench: interrupted"), err
+
+
+def test_a_lost_jobs_detail_says_what_happened_and_where_its_log_is():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from pcgbench.sweep import lost_job_detail
+
+    class UncompletedJobError(RuntimeError):
+        pass
+
+    fut = SimpleNamespace(paths=SimpleNamespace(stderr=Path("/logs/1_0_log.err")))
+    msg = ("Job 1 (task: 0) with path /logs/1_0_result.pkl\nhas not produced any output "
+           "(state: FINISHED)\nError stream produced:\n----------------------------------")
+    detail = lost_job_detail(UncompletedJobError(msg), fut)
+    assert detail == ("ended without a result (killed, or out of time or memory); "
+                      "log: /logs/1_0_log.err")
+    assert "----" not in detail
+    assert lost_job_detail(ValueError("bad\n  the last line says why\n----"), object()) == \
+        "ValueError: the last line says why"
