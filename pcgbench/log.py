@@ -57,6 +57,13 @@ class _Printable(logging.Formatter):
         return super().format(record)
 
 
+def _no_executor_chatter(record: logging.LogRecord) -> bool:
+    """Drop submitit's own notices below ERROR (its debug executor warns, once per job,
+    where it copies its logs): the sweep prints one line per job itself."""
+    where = record.pathname.replace("\\", "/")
+    return record.levelno >= logging.ERROR or "/submitit/" not in where
+
+
 def configure(verbose: bool = False, quiet: bool = False) -> None:
     """Idempotent set-up of the ``pcgbench`` logger and of captured warnings: each phase
     of a run is one INFO line, shown unless ``quiet`` (``verbose`` shows them even then
@@ -70,6 +77,7 @@ def configure(verbose: bool = False, quiet: bool = False) -> None:
         handler.setFormatter(_Printable(fmt, datefmt="%Y-%m-%d %H:%M:%S",
                                         interactive=interactive))
         handler._pcgbench = True  # type: ignore[attr-defined]
+        handler.addFilter(_no_executor_chatter)
         root.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     logging.getLogger("py.warnings").setLevel(logging.WARNING)

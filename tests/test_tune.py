@@ -150,3 +150,14 @@ def test_when_every_stage_one_job_fails_the_last_line_says_so(dirs, tiny, monkey
     assert rc == 2 and "Traceback" not in "\n".join(err)
     assert "stage 1: 4 of 4 job(s) failed" in err[-1] and "the solver exploded" in err[-1]
     assert "run it first" not in err[-1]
+
+
+def test_tune_quiet_prints_no_executor_chatter(dirs, tiny, monkeypatch, capfd):
+    def fine(*args):
+        return {"status": "ok", "detail": "", "seconds": 0.0}
+
+    monkeypatch.setattr(tune, "tune_job", fine)
+    main(["tune", "tiny", "--preset", "smoke", "--executor", "debug", "--quiet",
+          "--stage", "1"])
+    err = capfd.readouterr().err
+    assert "Logging is written both to" not in err
