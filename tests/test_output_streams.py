@@ -146,3 +146,35 @@ def test_a_complete_cache_on_a_read_only_mount_is_read(tmp_path, monkeypatch) ->
         f"asked to write {p}"))
     again = TASKS.get("burgers")(preset="smoke", data_dir=tmp_path, progress=False)
     assert (again.dataset("train").x == first.x).all()
+
+
+def test_an_ascii_terminal_run_into_a_non_ascii_path_prints_it(tmp_path) -> None:
+    results = tmp_path / "r_asc é"
+    out = _pcgbench(["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke",
+                     "--quiet", "--results", str(results)],
+                    env={"PYTHONIOENCODING": "ascii", "LC_ALL": "C",
+                         "PCGBENCH_DATA": str(tmp_path / "d")}, stdout=subprocess.PIPE)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "r_asc \\xe9" in out.stdout and list(results.rglob("*.json"))
+
+
+def test_a_stopped_tune_is_one_line_without_tracebacks(tmp_path) -> None:
+    import signal
+    import time
+
+    env = {**os.environ, "PCGBENCH_RESULTS": str(tmp_path / "r"),
+           "PCGBENCH_DATA": str(tmp_path / "d")}
+    proc = subprocess.Popen([sys.executable, "-m", "pcgbench", "tune", "pmosfm_time_draws",
+                             "--preset", "smoke", "--executor", "local", "--max-parallel",
+                             "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    deadline, line = time.time() + 120, ""
+    while time.time() < deadline and "data: ok" not in line:  # the candidates start next
+        line = proc.stdout.readline()
+        assert line or proc.poll() is None, proc.stderr.read()
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1].startswith("pcgbench: tune stopped by SIGTERM"), err
