@@ -58,6 +58,8 @@ def cache_path(task: CachedTask, split: str) -> Path:
                                "params": task.params_dict(), "v": CACHE_VERSION}
     if task.data_version:  # only when set, so existing caches keep their names
         meta["data_version"] = task.data_version
+    if split_version := (getattr(task, "split_versions", None) or {}).get(split):
+        meta["split_version"] = split_version
     root = data_dir(task.data_dir)
     return root / task.name / f"{split}-{data_preset(task.preset)}-{config_hash(meta)}.h5"
 

@@ -161,9 +161,20 @@ def _slug(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
+def val_version(task: str) -> int:
+    """The task's val-split version (``Task.split_versions``): results scored on an
+    older val split are other files, redone (0 for a task that never changed its val)."""
+    from pcgbench.registry import TASKS
+
+    cls = TASKS.lookup(task)
+    return int((getattr(cls, "split_versions", None) or {}).get("val", 0))
+
+
 def result_path(root: Path, preset: str, stage: Stage, task: str, cand: Candidate,
                 seed: int) -> Path:
-    return root / preset / f"stage{stage.name}" / task / _slug(cand.name) / f"seed{seed}.json"
+    v = val_version(task)
+    name = f"seed{seed}.json" if not v else f"seed{seed}-val{v}.json"
+    return root / preset / f"stage{stage.name}" / task / _slug(cand.name) / name
 
 
 #: the layout of a study result file (``schema``/``version`` in it; a newer one is refused)
@@ -235,7 +246,9 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     from pcgbench.runner import evaluate
     from pcgbench.storage import atomic_write_json
 
-    path = root / "floors" / f"{task.name}-{task.preset}-k{repeats}.json"
+    v = val_version(task.name)
+    path = root / "floors" / (f"{task.name}-{task.preset}-k{repeats}"
+                              + (f"-val{v}" if v else "") + ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
         if path.exists():
@@ -287,7 +300,9 @@ def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
     from pcgbench.storage import atomic_write_json
 
     headline = task.headline
-    path = root / "floors" / f"{task.name}-{task.preset}-k{repeats}-sanity-{headline}.json"
+    v = val_version(task.name)
+    path = root / "floors" / (f"{task.name}-{task.preset}-k{repeats}-sanity-{headline}"
+                              + (f"-val{v}" if v else "") + ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     floor = val_floor(task, repeats, root).get(headline)
     with FileLock(f"{path}.lock"):

@@ -184,9 +184,32 @@ def test_registered_and_spec():
     assert (p.n, p.n_re_train, p.n_re_test, p.traj_train * p.snaps_train) == (128, 32, 16, 1024)
     for preset in ("smoke", "cpu", "paper"):
         t = KolmogorovTask(preset, progress=False)
-        tr, te = t.reynolds("train"), t.reynolds("test")
+        tr, te, va = t.reynolds("train"), t.reynolds("test"), t.reynolds("val")
         assert np.abs(te[:, None] - tr[None]).min() > 1.0  # held-out Re are new
+        # val holds out Re of its own, as test does (issue 60): disjoint from both
+        assert np.abs(va[:, None] - tr[None]).min() > 1.0
+        assert np.abs(va[:, None] - te[None]).min() > 1.0 and len(va) == len(te)
         assert tr.min() == 100 and tr.max() == 500
+
+
+def test_the_val_split_version_moves_only_the_val_cache_and_tune_results(tmp_path):
+    from pcgbench.datacache import cache_path
+    from pcgbench.tune import Candidate, Stage, result_path
+
+    t = KolmogorovTask("smoke", data_dir=tmp_path, progress=False)
+    assert KolmogorovTask.split_versions == {"val": 1}
+    names = {s: cache_path(t, s).name for s in ("train", "val", "test")}
+    old = type("Old", (KolmogorovTask,), {"split_versions": {}})("smoke", data_dir=tmp_path,
+                                                                 progress=False)
+    assert cache_path(old, "train").name == names["train"]  # runs keep their data
+    assert cache_path(old, "test").name == names["test"]
+    assert cache_path(old, "val").name != names["val"]
+    path = result_path(tmp_path, "cpu", Stage("1", 10, (0,)), "kolmogorov",
+                       Candidate("a", ()), 0)
+    assert path.name == "seed0-val1.json"
+    val = t.dataset("val")
+    re_val = np.round(cond_to_re(val.cond).numpy().ravel(), 6)
+    assert set(re_val) == set(np.round(t.reynolds("val"), 6))
 
 
 def test_cond_mapping():

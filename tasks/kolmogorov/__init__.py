@@ -11,8 +11,10 @@ x along axis -2, y along axis -1 (``"ij"``), ``x_i = 2 pi i / n``.  **Condition:
 :func:`cond_to_re`).  **Sampling** (departs from PBFM): laminar state + random perturbation,
 ``spinup`` time units at every Re, then ``snaps_*`` snapshots every ``snap_interval`` (CFL steps);
 rows Re-major, then trajectory, then time; deterministic per preset and platform, only the
-statistics are portable.  **Splits:** train and val at the ``n_re_train`` training Re (val: new
-trajectories), test at ``n_re_test`` held-out midpoints.  **Evaluator:** ``residual`` = the
+statistics are portable.  **Splits:** train at the ``n_re_train`` training Re, test at
+``n_re_test`` held-out midpoints of gaps between them, val at the quarter points of the same
+gaps (held out too, disjoint from both; ``split_versions = {"val": 1}``; PBFM's files keep
+val at the training Re: the file has no other).  **Evaluator:** ``residual`` = the
 paper's central-difference divergence (O(dx^2), non-zero on exact data); ``residual_spectral``
 and constraint ``divergence`` = the spectral divergence; chart ``streamfunction`` (default).
 Rationale and measurements: docs/protocols.md, "Kolmogorov" and "Notes behind the code".
@@ -220,7 +222,8 @@ class KolmogorovTask(Task):
     unranked_metrics = {"re_spectral": "0 by construction for fields decoded through the "
                         "streamfunction chart (PMosFM's), so it ranks nothing here"}
     description = "2-D Kolmogorov flow (u, v) snapshots, conditional on Re in [100, 500]"
-    reference_from_train = True  # val: the training distribution, fewer rows than test
+    reference_from_train = True  # the floor: test-sized draws of train (val: other Re)
+    split_versions = {"val": 1}  # val at held-out Re (was: the training Re), 2026-12-04
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -248,7 +251,7 @@ class KolmogorovTask(Task):
         recorded window, at the CFL step of the solver grid."""
         p = params
         per = {"train": (p.n_re_train, p.traj_train, p.snaps_train),
-               "val": (p.n_re_train, p.traj_val, p.snaps_val),
+               "val": (p.n_re_test, p.traj_val, p.snaps_val),
                "test": (p.n_re_test, p.traj_test, p.snaps_test)}
         return float(sum(n_re * traj * (p.spinup + (snaps - 1) * p.snap_interval)
                          for n_re, traj, snaps in per.values()))
@@ -267,17 +270,22 @@ class KolmogorovTask(Task):
                         cond_dim=1)
 
     def reynolds(self, split: str) -> np.ndarray:
-        """Re values of a split (train and val share them)."""
+        """Re values of a split: train at ``n_re_train`` evenly spaced Re; test at the
+        midpoints of ``n_re_test`` gaps between them (held out); val at the quarter
+        points of the same gaps (held out too, disjoint from train and test: a val split
+        that sees the shift the test split measures; ``split_versions`` val 1, until
+        2026-12-04 val drew new trajectories at the training Re)."""
         p = self.params
-        if split in ("train", "val"):
-            return np.linspace(p.re_min, p.re_max, p.n_re_train)
-        if split == "test":
-            tr = np.linspace(p.re_min, p.re_max, p.n_re_train)
+        tr = np.linspace(p.re_min, p.re_max, p.n_re_train)
+        if split == "train":
+            return tr
+        if split in ("test", "val"):
             gaps = np.floor((np.arange(p.n_re_test) + 0.5) * (len(tr) - 1) / p.n_re_test)
             gaps = gaps.astype(np.int64)
             if len(tr) < 2 or len(np.unique(gaps)) != p.n_re_test:
                 raise PcgError("need n_re_test <= n_re_train - 1 held-out Re values")
-            return 0.5 * (tr[gaps] + tr[gaps + 1])
+            frac = 0.5 if split == "test" else 0.25
+            return tr[gaps] + frac * (tr[gaps + 1] - tr[gaps])
         raise PcgError(f"unknown split {split!r}")
 
     def _layout(self, split: str) -> tuple[int, int, int]:
