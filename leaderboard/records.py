@@ -18,7 +18,7 @@ from pcgbench.record import (  # noqa: F401 - re-exported
 
 def _parse(path: Path) -> tuple[dict[str, Any] | None, str]:
     """(the JSON object of a file that is a run record, '') or (None, why it is not one):
-    not a regular file (a device, a FIFO: never opened), unreadable, not
+    not a regular file (an empty directory, a device, a FIFO: never opened), unreadable, not
     JSON, or JSON without a task and a method."""
     try:
         if not path.is_file():
@@ -50,8 +50,8 @@ def load_records(root: Path, allow_unsealed: bool = False) -> list[RunRecord]:
     junk: list[tuple[Path, str]] = []
     unsealed = skipped = 0
     for path in sorted((root / "records").rglob("*.json")):
-        if path.is_dir():  # a folder whose name ends in .json: a method's (``x.json``)
-            continue
+        if path.is_dir() and any(path.iterdir()):
+            continue  # a folder named like a record, holding files: a method's (``x.json``)
         rec, why = _parse(path)
         if rec is None:
             junk.append((path, why))
