@@ -31,7 +31,7 @@ def restore_methods():
     METHODS._objects.update(before)
 
 
-@pytest.mark.parametrize("stems", [("mymethod", "mymethod"), ("méthode", "méthodé")])
+@pytest.mark.parametrize("stems", [("mymethod", "mymethod"), ("méthode", "mèthode")])
 def test_same_stem_in_two_folders_is_two_plugins(tmp_path, restore_methods, stems):
     for i, stem in enumerate(stems):
         folder = tmp_path / f"v{i + 1}"
