@@ -79,6 +79,8 @@ def configure(verbose: bool = False, quiet: bool = False) -> None:
         handler._pcgbench = True  # type: ignore[attr-defined]
         handler.addFilter(_no_executor_chatter)
         root.addHandler(handler)
+    if _no_executor_chatter not in root.filters:  # submitit logs some notices on the root
+        root.addFilter(_no_executor_chatter)  # logger itself: whatever handler is there
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     logging.getLogger("py.warnings").setLevel(logging.WARNING)
     logging.captureWarnings(True)
