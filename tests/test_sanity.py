@@ -275,3 +275,55 @@ def test_a_record_without_a_new_metric_is_rescored_from_its_checkpoint(dirs, mon
     third, _, skipped = run(opts)  # now complete: skipped as before
     assert skipped and third.metrics["late"] == 1.5
     assert len([r for r in read_records(dirs / "results") if r["method"] == "fm_ot"]) == 1
+
+
+def test_the_sanity_rows_stand_beside_the_floor_in_every_format(tmp_path, monkeypatch, capsys):
+    """Hand-made sealed records: markdown, LaTeX and CSV carry the sanity columns right
+    after the data column, a blind metric is marked and footnoted, ``--no-sanity`` drops
+    the columns but keeps the marks."""
+    import json
+
+    from pcgbench.cli import main
+    from pcgbench.record import seal_record
+    from pcgbench.registry import TASKS
+
+    root = tmp_path / "results"
+    monkeypatch.setenv("PCGBENCH_RESULTS", str(root))
+    task = TASKS.get("burgers")
+    versions = {"task": task.version, "data": task.data_version,
+                "reference": task.reference_version()}
+    values = {"data": (1.0, 0.1), "noise": (0.9, 20.0), "shuffle": (1.0, 9.0),
+              "blur": (1.0, 6.0), "phase": (1.0, 7.0), "gaussian": (1.0, 5.0),
+              "train_copy": (1.0, 1.0), "fm_ot": (1.2, 3.0), "pmosfm": (1.1, 4.0)}
+    for method, (wd, structure) in values.items():
+        path = root / "records" / "burgers" / "cpu" / method / "seed0-x.json"
+        path.parent.mkdir(parents=True)
+        from pcgbench.registry import METHODS
+
+        extra = ({"sanity": 1} if method in SANITY_ROWS else
+                 {"method": METHODS.get(method).version} if method != "data" else {})
+        path.write_text(json.dumps(seal_record({
+            "task": "burgers", "method": method, "seed": 0, "preset": "cpu",
+            "metrics": {"wd": wd, "structure": structure}, "finished": "t",
+            "code_versions": {**versions, **extra}})))
+    capsys.readouterr()
+    assert main(["leaderboard", "--task", "burgers", "--no-reported"]) == 0
+    md = capsys.readouterr().out
+    header = next(line for line in md.splitlines() if line.startswith("| metric"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[1] == "data (reference)" and cols[2:8] == [f"{n} (sanity)"
+                                                            for n in SANITY_ROWS]
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines()
+            if line.startswith("| ")}
+    assert "structure (headline)" in rows and "wd‡" in rows
+    assert "**" not in rows["wd‡"] and "**3**" in rows["structure (headline)"]
+    assert "‡ wd: does not see structure here" in md
+    assert main(["leaderboard", "--task", "burgers", "--format", "csv"]) == 0
+    csv = capsys.readouterr().out
+    assert ",noise," in csv and ",gaussian," in csv
+    assert main(["leaderboard", "--task", "burgers", "--format", "latex"]) == 0
+    tex = capsys.readouterr().out
+    assert "noise (sanity)" in tex and r"wd$^{\ddagger}$" in tex
+    assert main(["leaderboard", "--task", "burgers", "--no-sanity", "--no-reported"]) == 0
+    md = capsys.readouterr().out
+    assert "(sanity)" not in md and "wd‡" in md
