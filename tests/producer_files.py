@@ -224,11 +224,12 @@ def pbfm_kolmogorov(out: Path, data_dir: Path) -> Path:
     Re; ``kolmogorov_flow/dataset_loader.py`` reads ``kolmogorov_{train,test}.h5`` with
     ``fields [n_re, n_snap, 2, H, W]`` and ``reynolds [n_re]``.  Snapshots: our smoke
     splits (pseudo-spectral vorticity solver, velocity from the streamfunction); train
-    file = our train then val snapshots of each Re."""
+    file = our train snapshots of each Re (the loader takes val from its last snapshots;
+    our own val split lies at other, held-out Re)."""
     from pcgbench.tasks.kolmogorov import cond_to_re
 
     task = _task("kolmogorov", data_dir)
-    for name, splits in (("kolmogorov_train.h5", ("train", "val")),
+    for name, splits in (("kolmogorov_train.h5", ("train",)),
                          ("kolmogorov_test.h5", ("test",))):
         per_re: dict[float, list[np.ndarray]] = {}
         for split in splits:
