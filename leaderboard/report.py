@@ -137,9 +137,10 @@ def _samples(record: Mapping[str, Any], problems: list[str] | None = None
 
 
 def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]],
-                 records: list[RunRecord]) -> str:
+                 records: list[RunRecord], sanity: bool = True) -> str:
     order = tuple(TASKS.get(task).metrics) if task in TASKS else ()
-    table = task_table(records, task, preset, groups={(task, preset): by_method})
+    table = task_table(records, task, preset, groups={(task, preset): by_method},
+                       sanity=sanity)
     assert table is not None
     mean = table.mean
     parts = [f'<h2 id="{html.escape(task)}-{html.escape(preset)}">{html.escape(task)} '
@@ -207,13 +208,14 @@ def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]
 
 
 def build_report(records: list[RunRecord], out: Path, task: str | None = None,
-                 preset: str | None = None, variants: bool = False) -> tuple[Path, float]:
-    """Write ``out/report.html`` (``variants``: variant columns too, each its own);
-    returns (path, seconds taken)."""
+                 preset: str | None = None, variants: bool = False, sanity: bool = True
+                 ) -> tuple[Path, float]:
+    """Write ``out/report.html`` (``variants``: variant columns too, each its own;
+    ``sanity``: the sanity rows' columns); returns (path, seconds taken)."""
     t0 = time.perf_counter()
     groups = group_records(records, variants=variants)
     keys = sorted(k for k in groups if task in (None, k[0]) and preset in (None, k[1]))
-    sections = [task_section(t, p, groups[(t, p)], records) for t, p in keys]
+    sections = [task_section(t, p, groups[(t, p)], records, sanity) for t, p in keys]
     toc = "".join(f'<li><a href="#{html.escape(t)}-{html.escape(p)}">{html.escape(t)} '
                   f"({html.escape(p)})</a></li>" for t, p in keys)
     page = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

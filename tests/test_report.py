@@ -89,3 +89,5 @@ def test_report_variants_are_shown_on_request_and_counted_otherwise(report: Path
     assert "left out" not in capsys.readouterr().out
     page = report.read_text()
     assert "fm_ot[iterations=2]" in page and "noise (sanity)" in page
+    assert main(["report", "--out", str(out_dir), "--no-sanity"]) == 0
+    assert "noise (sanity)" not in report.read_text()

@@ -20,6 +20,8 @@ def add_parser(sub: typing.Any) -> None:
     p.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
     p.add_argument("--out", default="pcgbench_report", help="output directory")
+    p.add_argument("--no-sanity", action="store_true",
+                   help="hide the sanity rows' columns (their verdicts still mark blind metrics)")
     p.add_argument("--variants", action="store_true",
                    help="also show variant columns (runs with --set/--chart/--data-file/"
                    "--tag), each its own column, as `leaderboard --variants`")
@@ -43,7 +45,8 @@ def run(args: argparse.Namespace) -> None:
         raise PcgError(f"no run records under {root}; run `pcgbench run` first")
     out = ensure_writable(Path(args.out).expanduser())
     variants = bool(getattr(args, "variants", False))
-    path, seconds = build_report(records, out, args.task, args.preset, variants=variants)
+    path, seconds = build_report(records, out, args.task, args.preset, variants=variants,
+                                 sanity=not getattr(args, "no_sanity", False))
     print(f"report: {path} ({path.stat().st_size / 1024:.0f} KiB, {seconds:.1f} s)")
     if not variants:
         from pcgbench.leaderboard.tables import group_records
