@@ -168,14 +168,22 @@ def reference_metrics(task: Task) -> tuple[dict[str, float], dict[str, float], s
         runs.append(evaluate(task, ref.x, target.x, ref.cond, target.cond))
     if draws == 1:
         return runs[0], {}, note
-    means, stds = {}, {}
+    means, stds = mean_over_draws(runs)
+    return means, stds, note
+
+
+def mean_over_draws(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
+    """Per metric over evaluations of several draws: the mean of the finite values (else
+    the first draw's value) and, with two or more finite values, their std."""
+    means: dict[str, Any] = {}
+    stds: dict[str, float] = {}
     for name in runs[0]:
         vals = [r[name] for r in runs if isinstance(r.get(name), int | float)]
         finite = [float(v) for v in vals if math.isfinite(v)]
-        means[name] = statistics.fmean(finite) if finite else runs[0][name]
+        means[name] = statistics.fmean(finite) if finite else runs[0].get(name)
         if len(finite) > 1:
             stds[name] = statistics.stdev(finite)
-    return means, stds, note
+    return means, stds
 
 
 def diagnostic_samples(method: Method, task: Task, test: Any, opts: RunOptions,

@@ -14,7 +14,7 @@ from typing import Any
 
 from pcgbench import environment, threads
 from pcgbench.errors import PcgError
-from pcgbench.evaluation import Evaluation, metric_value, reference_metrics
+from pcgbench.evaluation import Evaluation, mean_over_draws, metric_value, reference_metrics
 from pcgbench.fitting import Fitted
 from pcgbench.guard import deadline_check
 from pcgbench.measure import Sampled
@@ -250,7 +250,7 @@ def sanity_records(task: Task, opts: RunOptions) -> list[Path]:
         for d in range(draws):
             fields, target = fake_fields(task, name, d)
             runs.append(_evaluate_fake(task, name, fields, target))
-        means, spread = _mean_over_draws(runs)
+        means, spread = mean_over_draws(runs)
         record = {**key, "variant": data_label(task), "metrics": means, "nfe": 0,
                   "reference_draws": draws, "data_file_path": opts.data_file,
                   "created": environment.now(),
@@ -284,22 +284,6 @@ def _evaluate_fake(task: Task, name: str, fields: Any, target: Any) -> dict[str,
                           "not measured there", stacklevel=2)
             out[metric] = None
     return out
-
-
-def _mean_over_draws(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
-    """Per metric: the mean of the finite values over ``runs`` (else the first run's
-    value) and, with two or more, their std."""
-    import statistics
-
-    means: dict[str, Any] = {}
-    stds: dict[str, float] = {}
-    for name in runs[0]:
-        vals = [float(r[name]) for r in runs if isinstance(r.get(name), int | float)
-                and math.isfinite(r[name])]
-        means[name] = statistics.fmean(vals) if vals else runs[0].get(name)
-        if len(vals) > 1:
-            stds[name] = statistics.stdev(vals)
-    return means, stds
 
 
 def data_reference_record(task: Task, opts: RunOptions) -> Path:
