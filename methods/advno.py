@@ -160,7 +160,9 @@ class AdvNO(Method[AdvNOConfig]):
         self.net.train()
         stats = train_loop(loss, self.net.parameters(), iterations=cfg.iterations, lr=cfg.lr,
                            device=self.device, progress=progress, desc=f"fit {self.name}",
-                           resume=self.resume_point([gen], modules=[self.disc]))
+                           resume=self.resume_point([gen], modules=[self.disc],
+                                                    values={"d_losses": d_losses},
+                                                    optimizers=[d_opt]))
         self.net.eval()
         if d_losses:
             stats.extra["discriminator_loss_final"] = d_losses[-1]

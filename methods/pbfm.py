@@ -22,15 +22,13 @@ clipping 1.0 after ConFIG (the reference does not clip).
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, NamedTuple
 
 import torch
-from tqdm.auto import tqdm
 
 from pcgbench.backbones import BackboneConfig, field_backbone
-from pcgbench.errors import PcgError, TrainingDiverged
+from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._flow import (
     PRESET_RECIPE,
@@ -43,8 +41,7 @@ from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import euler_sample
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.timing import synchronize
-from pcgbench.training import batch_indices, lr_factor
+from pcgbench.training import batch_indices, train_loop
 
 
 @dataclass(frozen=True)
@@ -239,41 +236,30 @@ class PBFM(Method[PBFMConfig]):
                                    channel_sum=spec.channel_sum, spectral=spec.spectral)
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
-        """The PBFM update loop, timed like ``pcgbench.training.train_loop`` (synchronized
-        seconds of every update: forward, unrolled forward, two backward passes, ConFIG,
-        step and EMA)."""
+        """The PBFM updates on the shared loop (``pcgbench.training.train_loop``: timed,
+        preemptible, resumable): each update's gradient is ConFIG's combination of the
+        L_FM and L_R gradients (set by hand, ``manual_grads``), then clip, step and EMA."""
         cfg = self.config
         z = self.task.normalizer.encode(train.x).to(self.device)
         cond_all = None if train.cond is None else train.cond.to(self.device)
         gen = torch.Generator().manual_seed(self.context.seed)
         params = [p for p in self.net.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-        stats = FitStats()
-        res_losses: list[float] = []
-        depth_seconds: dict[str, list[float]] = {}
-        fallbacks = 0
+        # running values a resumed fit continues from (restored in place)
+        run: dict = {"res_losses": [], "fallbacks": 0}
         with torch.no_grad():
             for pe, p in zip(self.ema.parameters(), self.net.parameters(), strict=True):
                 pe.copy_(p)
         self.net.train()
-        bar = tqdm(range(cfg.iterations), desc=f"fit {self.name}", disable=not progress,
-                   leave=False, dynamic_ncols=True)
-        for step in bar:
-            synchronize(self.device)
-            t0 = time.perf_counter()
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr * lr_factor(step, cfg.iterations, cfg.lr_schedule,
-                                                 cfg.warmup)
+
+        def loss(step: int) -> torch.Tensor:
             idx = batch_indices(len(z), cfg.batch_size, gen).to(self.device)
             x1 = z[idx]
             x0 = torch.randn(x1.shape, generator=gen).to(self.device)
             t = torch.rand(len(x1), 1, generator=gen).to(self.device)
             c = None if cond_all is None else cond_all[idx]
-            n = self.depth(step)
-            l_fm, l_res = self.losses(x1, x0, t, n, c)
+            l_fm, l_res = self.losses(x1, x0, t, self.depth(step), c)
             if not torch.isfinite(l_fm):
-                raise TrainingDiverged(f"fit {self.name}: loss became non-finite at update {step}; "
-                               "lower the lr")
+                return l_fm  # the loop raises TrainingDiverged
             g_fm = _flat(torch.autograd.grad(l_fm, params, retain_graph=True,
                                              allow_unused=True), params)
             g_res = _flat(torch.autograd.grad(l_res, params, allow_unused=True), params)
@@ -282,30 +268,30 @@ class PBFM(Method[PBFMConfig]):
             else:
                 used = bool(torch.isfinite(g_res).all())
                 g = g_fm + g_res if used else g_fm
-            fallbacks += not used
+            run["fallbacks"] += not used
             offset = 0
             for p in params:
                 k = p.numel()
                 p.grad = g[offset:offset + k].view_as(p).clone()
                 offset += k
-            if cfg.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            self._update_ema(step)
-            synchronize(self.device)
-            sec = time.perf_counter() - t0
-            stats.update_seconds.append(sec)
-            stats.losses.append(float(l_fm.detach()))
-            res_losses.append(float(l_res.detach()))
-            depth_seconds.setdefault(str(n), []).append(sec)
-            if step % 20 == 0:
-                bar.set_postfix(fm=f"{stats.losses[-1]:.4g}", res=f"{res_losses[-1]:.4g}", n=n)
+            run["res_losses"].append(float(l_res.detach()))
+            return l_fm.detach()
+
+        stats = train_loop(loss, params, iterations=cfg.iterations, lr=cfg.lr,
+                           device=self.device, progress=progress, desc=f"fit {self.name}",
+                           grad_clip=cfg.grad_clip, on_step=self._update_ema,
+                           resume=self.resume_point([gen], [self.ema], run),
+                           lr_schedule=cfg.lr_schedule, warmup=cfg.warmup,
+                           manual_grads=True)
         self.net.eval()
+        depth_seconds: dict[str, list[float]] = {}
+        for step, sec in enumerate(stats.update_seconds):
+            depth_seconds.setdefault(str(self.depth(step)), []).append(sec)
+        res_losses = run["res_losses"]
         stats.extra.update({
             "residual_loss_first": res_losses[0] if res_losses else None,
             "residual_loss_final": res_losses[-1] if res_losses else None,
-            "config_fallbacks": fallbacks,
+            "config_fallbacks": run["fallbacks"],
             "residual_terms": "evaluator + hard constraints" if self.with_constraints
             else "evaluator",
             "updates_per_depth": {k: len(v) for k, v in depth_seconds.items()},

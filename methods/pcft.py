@@ -23,20 +23,18 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from pcgbench.backbones import field_backbone, load_into_conditioned
-from pcgbench.errors import PcgError, TrainingDiverged
+from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import FMOTConfig, euler_sample
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.timing import synchronize
+from pcgbench.training import train_loop
 
 EPS = 0.01  # time offset of eta/sigma and of 1/(t + eps) in the matched drift
 
@@ -153,6 +151,10 @@ class PCFT(Method[PCFTConfig]):
 
     # -- training -------------------------------------------------------------------------
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
+        """Adjoint-matching updates on the shared loop (``pcgbench.training.train_loop``:
+        timed, preemptible, resumable): per update one memoryless rollout, its lean
+        adjoint, and the regression loss summed over the loss times (one backward pass
+        per time, gradients accumulated: ``manual_grads``)."""
         cfg = self.config
         pre = self.pretrained()
         base = copy.deepcopy(pre.net).to(self.device).eval().requires_grad_(False)
@@ -160,17 +162,12 @@ class PCFT(Method[PCFTConfig]):
         cond_all = None if train.cond is None else train.cond.to(self.device)
         gen = torch.Generator().manual_seed(self.context.seed)
         params = [p for p in self.net.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        stats = FitStats()
-        costs: list[float] = []
+        run: dict = {"costs": []}  # restored in place on resume
         clamp = 1.6 * cfg.lam_x**2
         h = 1.0 / cfg.steps
         self.net.train()
-        bar = tqdm(range(cfg.iterations), desc=f"fit {self.name}", disable=not progress,
-                   leave=False, dynamic_ncols=True)
-        for step in bar:
-            synchronize(self.device)
-            t0 = time.perf_counter()
+
+        def loss(step: int) -> torch.Tensor:
             b = cfg.batch_size
             c = None
             if cond_all is not None:
@@ -178,7 +175,6 @@ class PCFT(Method[PCFTConfig]):
             traj = self.rollout(b, c, gen)
             adj, cost = self.lean_adjoint(base, traj, c)
             times = self.loss_times(gen)
-            opt.zero_grad(set_to_none=True)
             total = 0.0
             for k in times:
                 t = k * h
@@ -193,16 +189,15 @@ class PCFT(Method[PCFTConfig]):
                 lk = per.sum() / (b * len(times))
                 lk.backward()
                 total += float(lk.detach())
-            if not math.isfinite(total):
-                raise TrainingDiverged(f"fit {self.name}: loss became non-finite at update {step}")
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            synchronize(self.device)
-            stats.update_seconds.append(time.perf_counter() - t0)
-            stats.losses.append(total)
-            costs.append(float(cost.mean()))
-            bar.set_postfix(loss=f"{total:.4g}", cost=f"{costs[-1]:.4g}")
+            run["costs"].append(float(cost.mean()))
+            return torch.tensor(total, dtype=torch.float64)  # logged as the float it is
+
+        stats = train_loop(loss, params, iterations=cfg.iterations, lr=cfg.lr,
+                           device=self.device, progress=progress, desc=f"fit {self.name}",
+                           grad_clip=cfg.grad_clip, weight_decay=cfg.weight_decay,
+                           resume=self.resume_point([gen], (), run), manual_grads=True)
         self.net.eval()
+        costs = run["costs"]
         stats.extra.update({"terminal_cost_first": costs[0] if costs else None,
                             "terminal_cost_final": costs[-1] if costs else None,
                             "pretrained": "fm_ot",

@@ -23,7 +23,9 @@ class FitStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_RESUME_KEYS = {"params", "opt", "generators", "modules", "values", "rng"}
+#: "optimizers" since a fit with a second optimizer (a GAN discriminator) resumes too: an
+#: older partial checkpoint without it is warned about and the fit starts over
+_RESUME_KEYS = {"params", "opt", "generators", "modules", "values", "rng", "optimizers"}
 
 
 def _restore_in_place(target: dict[str, Any], saved: dict[str, Any]) -> None:
@@ -47,13 +49,15 @@ class Resume:
     """Where and how often ``train_loop`` writes its partial state (a verified checkpoint,
     written atomically), and what besides the parameters and the optimizer a fit needs to
     continue bit for bit: its random generators, extra modules (an EMA copy) and a dict of
-    running values (restored in place).  The global torch RNG is always included."""
+    running values (restored in place), and further optimizers (a discriminator's).  The
+    global torch RNG is always included."""
 
     path: Path
     every: int
     generators: Sequence[torch.Generator] = ()
     modules: Sequence[torch.nn.Module] = ()
     values: dict[str, Any] = field(default_factory=dict)
+    optimizers: Sequence[torch.optim.Optimizer] = ()
 
     def save(self, step: int, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer,
              stats: FitStats) -> None:
@@ -63,7 +67,8 @@ class Resume:
         state = {"params": [p.detach().clone() for p in params], "opt": opt.state_dict(),
                  "generators": [g.get_state() for g in self.generators],
                  "modules": [m.state_dict() for m in self.modules],
-                 "values": dict(self.values), "rng": rng}
+                 "values": dict(self.values), "rng": rng,
+                 "optimizers": [o.state_dict() for o in self.optimizers]}
         fit = {"step": step, "losses": list(stats.losses),
                "update_seconds": list(stats.update_seconds)}
         save_checkpoint(self.path, state, fit)
@@ -81,8 +86,9 @@ class Resume:
                     a.shape != b.shape for a, b in zip(saved, params, strict=True)):
                 raise CheckpointError("parameter shapes differ from this fit's")
             if len(state["generators"]) != len(self.generators) or len(
-                    state["modules"]) != len(self.modules):
-                raise CheckpointError("generators/modules differ from this fit's")
+                    state["modules"]) != len(self.modules) or len(
+                    state["optimizers"]) != len(self.optimizers):
+                raise CheckpointError("generators/modules/optimizers differ from this fit's")
         except CheckpointError as exc:
             warnings.warn(f"partial checkpoint {self.path} not used ({exc}); "
                           "training from the start", stacklevel=3)
@@ -95,6 +101,8 @@ class Resume:
             g.set_state(s.cpu())
         for m, s in zip(self.modules, state["modules"], strict=True):
             m.load_state_dict(s)
+        for o, s in zip(self.optimizers, state["optimizers"], strict=True):
+            o.load_state_dict(s)
         _restore_in_place(self.values, state["values"])
         torch.set_rng_state(state["rng"]["cpu"].cpu())
         if "cuda" in state["rng"]:

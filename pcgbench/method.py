@@ -226,16 +226,17 @@ class Method(ABC, Generic[ConfigT]):
     # -- helpers ---------------------------------------------------------------------------
     def resume_point(self, generators: Sequence[torch.Generator] = (),
                      modules: Sequence[nn.Module] = (),
-                     values: dict[str, Any] | None = None) -> Resume | None:
+                     values: dict[str, Any] | None = None,
+                     optimizers: Sequence[torch.optim.Optimizer] = ()) -> Resume | None:
         """The ``train_loop(resume=...)`` of this fit: periodic partial checkpoints where
         the runner asked for them (``RunContext.partial_path``/``checkpoint_every``), with
-        the fit's random ``generators``, extra ``modules`` (EMA) and running ``values``;
-        None outside a run or when disabled."""
+        the fit's random ``generators``, extra ``modules`` (EMA), running ``values`` and
+        further ``optimizers`` (a discriminator's); None outside a run or when disabled."""
         ctx = self.context
         if not ctx.partial_path or ctx.checkpoint_every <= 0:
             return None
         return Resume(Path(ctx.partial_path), ctx.checkpoint_every, tuple(generators),
-                      tuple(modules), {} if values is None else values)
+                      tuple(modules), {} if values is None else values, tuple(optimizers))
 
     def counted(self, net: nn.Module) -> CountedNetwork:
         """Wrap a learned network so that each call counts as one NFE."""

@@ -83,8 +83,14 @@ def train_loop(
     warmup: int = 0,
     lr_floor: float = 0.0,
     ema: WeightEMA | None = None,
+    manual_grads: bool = False,
 ) -> FitStats:
     """Run ``iterations`` Adam(W) updates of ``loss_fn(step)``.
+
+    With ``manual_grads`` the loss function has set the parameters' ``.grad`` itself
+    (gradients that are not one backward pass: PBFM's ConFIG combination, PCFT's
+    per-time backward passes) and returns the loss only to log and check; the loop
+    still clips, steps, averages and checkpoints.
 
     The lr at update k is ``lr * lr_factor(k, iterations, lr_schedule, warmup,
     lr_floor)``; with ``ema`` the moving average is updated after every step (and saved
@@ -116,7 +122,8 @@ def train_loop(
         loss = loss_fn(step)
         if not torch.isfinite(loss):
             raise TrainingDiverged(f"{desc}: loss became non-finite at update {step}; lower the lr")
-        loss.backward()
+        if not manual_grads:
+            loss.backward()
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
         opt.step()

@@ -21,16 +21,24 @@ from pcgbench.registry import METHODS, TASKS
 from pcgbench.runner import partial_checkpoint, seed_everything
 from pcgbench.training import Resume
 
+#: updates of each test fit: partial checkpoints every 10, killed after update 19
+ITERATIONS = 24
+
 
 class Preempted(Exception):
     pass
 
 
-def _fit(task, name: str, ctx: RunContext, **changes):
+def _fit(task, name: str, ctx: RunContext, pretrained=None, **changes):
     seed_everything(ctx.seed)
     cls = METHODS.get(name)
-    m = cls(task, cls.Config.for_preset("smoke").replace(iterations=40, **changes), "cpu")
+    cfg = cls.Config.for_preset("smoke")
+    if "iterations" in {f.name for f in dataclasses.fields(cfg)}:  # not the samplers'
+        changes = {"iterations": ITERATIONS, **changes}
+    m = cls(task, cfg.replace(**changes), "cpu")
     m.context = ctx
+    if m.pretrained_name() is not None:
+        m.use_pretrained(pretrained[m.pretrained_name()])
     stats = m.fit(task.dataset("train"), progress=False)
     return m, stats
 
@@ -40,17 +48,82 @@ def burgers(tmp_path_factory):
     return TASKS.get("burgers")("smoke", data_dir=tmp_path_factory.mktemp("d"), progress=False)
 
 
-@pytest.mark.parametrize("name,changes", [
-    ("fm_ot", {}), ("ffm", {}), ("pidm", {}),
+class _Lazy(dict):
+    """Built on first use, once per module: a task by name, or the backbones the runner
+    would inject for a task (``Method.pretrained_name``)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        self[key] = value = self._make(key)
+        return value
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory, burgers):
+    data = tmp_path_factory.mktemp("d2")
+    out = _Lazy(lambda name: TASKS.get(name)("smoke", data_dir=data, progress=False))
+    out["burgers"] = burgers
+    return out
+
+
+@pytest.fixture(scope="module")
+def pretrained(tasks):
+    return _Lazy(lambda task: {name: _fit(tasks[task], name, RunContext(seed=3, preset="smoke"))[0]
+                               for name in ("fm_ot", "ffm")})
+
+
+def _task_for(name: str, tasks) -> str:
+    """The first of burgers / kf_reconstruction the method supports (advno needs a
+    condition)."""
+    for task in ("burgers", "kf_reconstruction"):
+        if METHODS.get(name).unsupported_reason(tasks[task]) is None:
+            return task
+    raise AssertionError(f"{name} runs on neither test task")
+
+
+#: every registered method with its own updates, plus configurations whose fit differs
+_EXTRA_CASES = [
     ("pmosfm", {"chart": "mass", "loss_balance": "ema", "grad_norm_every": 5}),
     ("pmosfm", {"chart": "mass", "objective": "drifting"}),  # a pluggable objective
-])
-def test_killed_fit_resumes_to_the_uninterrupted_weights(burgers, tmp_path, monkeypatch,
-                                                         name, changes):
+]
+
+
+def _trains_itself(name: str) -> bool:
+    """Whether the method performs optimizer updates of its own (the sampling-time
+    methods on the shared backbone do not: their fit is the backbone's, covered there)."""
+    from pcgbench.methods._sampling import BackboneSampler
+
+    return not issubclass(METHODS.get(name), BackboneSampler)
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_method_is_preemptible_or_has_no_updates(tasks, pretrained, tmp_path,
+                                                       monkeypatch, name):
+    task = _task_for(name, tasks)
+    if _trains_itself(name):
+        _killed_fit_resumes(tasks[task], pretrained[task], tmp_path, monkeypatch, name, {})
+    else:
+        ctx = RunContext(seed=3, preset="smoke", partial_path=str(tmp_path / "p.pt"),
+                         checkpoint_every=10)
+        _, stats = _fit(tasks[task], name, ctx, pretrained[task])
+        assert stats.update_seconds == [] and stats.losses == []
+        assert not (tmp_path / "p.pt").exists()
+
+
+@pytest.mark.parametrize("name,changes", _EXTRA_CASES)
+def test_killed_fit_resumes_to_the_uninterrupted_weights(burgers, pretrained, tmp_path,
+                                                         monkeypatch, name, changes):
+    _killed_fit_resumes(burgers, pretrained["burgers"], tmp_path, monkeypatch, name, changes)
+
+
+def _killed_fit_resumes(burgers, pretrained, tmp_path, monkeypatch, name, changes):
     partial = tmp_path / "fit.partial.pt"
     ctx = RunContext(seed=3, preset="smoke", partial_path=str(partial), checkpoint_every=10)
     whole, whole_stats = _fit(burgers, name, dataclasses.replace(ctx, partial_path=str(
-        tmp_path / "other.partial.pt")), **changes)
+        tmp_path / "other.partial.pt")), pretrained, **changes)
 
     save = Resume.save
 
@@ -61,11 +134,11 @@ def test_killed_fit_resumes_to_the_uninterrupted_weights(burgers, tmp_path, monk
 
     monkeypatch.setattr(Resume, "save", save_then_die)
     with pytest.raises(Preempted):
-        _fit(burgers, name, ctx, **changes)
+        _fit(burgers, name, ctx, pretrained, **changes)
     assert partial.exists()
     _, saved = load_checkpoint(partial, torch.device("cpu"), _keys())
     monkeypatch.setattr(Resume, "save", save)
-    resumed, stats = _fit(burgers, name, ctx, **changes)
+    resumed, stats = _fit(burgers, name, ctx, pretrained, **changes)
     # it resumed (a fresh fit of the same seed would also match, but not its timings)
     assert saved["step"] == 19 and stats.update_seconds[:20] == saved["update_seconds"]
     for a, b in zip(whole.state_dict().values(), resumed.state_dict().values(), strict=True):
@@ -73,7 +146,7 @@ def test_killed_fit_resumes_to_the_uninterrupted_weights(burgers, tmp_path, monk
             if torch.is_tensor(va):
                 torch.testing.assert_close(va, vb, rtol=0, atol=0, msg=ka)
     assert stats.losses == whole_stats.losses
-    assert len(stats.update_seconds) == 40
+    assert len(stats.update_seconds) == ITERATIONS
 
 
 def _keys() -> set[str]:
@@ -98,7 +171,7 @@ def test_a_bad_partial_checkpoint_is_ignored_with_a_warning(burgers, tmp_path):
         warnings.simplefilter("always")
         _, stats = _fit(burgers, "fm_ot", ctx)
     assert any("not used" in str(w.message) for w in caught)
-    assert len(stats.losses) == 40
+    assert len(stats.losses) == ITERATIONS
 
 
 def _run_cli(results: Path, data: Path, *extra: str) -> subprocess.Popen:
