@@ -15,8 +15,10 @@ training rows, drawn ``FLOOR_DRAWS`` times, against the val split).  WD and the 
 distance, which a per-pixel Gaussian passes on several tasks, are recorded but decide
 nothing.  A candidate's score is the geometric mean over its (task, seed) runs; a
 candidate with a failed run (diverged, non-finite) ranks last and is named.  The sanity
-rows are scored the same way on the val split (:func:`val_sanity`): a study refuses to
-report a choice that one of them beats on any task.  Each stage writes
+rows are scored the same way on the val split (:func:`val_sanity`): a task where one of
+them scores under 1.5x the val floor cannot rank and is left out of the score
+(:func:`blind_tasks`); a study refuses to report a choice that a sanity row beats on every
+task that ranks, and names each task where one beats it.  Each stage writes
 ``summary-<stage>.md`` / ``.csv`` under ``<results>/tune/<study>/``.
 
     pcgbench tune pmosfm_time_draws --dry-run
@@ -446,6 +448,8 @@ class StageResult:
     stage: Stage
     rows: list[dict[str, Any]] = field(default_factory=list)  # one per candidate, ranked
     missing: int = 0
+    #: tasks left out of the score: the headline does not see there on val (task -> why)
+    blind: dict[str, str] = field(default_factory=dict)
 
 
 def load_results(study: Study, root: Path, preset: str, stage: Stage,
@@ -483,10 +487,31 @@ def _geo(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
+def blind_tasks(study: Study, found: dict[str, list[dict]]) -> dict[str, str]:
+    """Tasks where the headline metric cannot rank on the val split: a structure-destroying
+    sanity row scores within :data:`pcgbench.sanity.SEE_RATIO` times the val floor there
+    (task -> the closest fake).  The val floor has no spread here (a mean of draws), so
+    only the ratio half of the sanity rule applies."""
+    from pcgbench.sanity import SEE_RATIO
+
+    out = {}
+    for task in study.tasks:
+        fakes = next((r.get("sanity") for results in found.values() for r in results
+                      if r.get("task") == task and r.get("sanity")), None)
+        if not fakes:
+            continue
+        v, k = min((v, k) for k, v in fakes.items())
+        if v < SEE_RATIO:
+            out[task] = f"{k} {v:.3g}x"
+    return out
+
+
 def summarize(study: Study, stage: Stage, found: dict[str, list[dict]], missing: int
               ) -> StageResult:
-    """Candidates ranked by score (the geometric mean of their runs' scores); per task the
-    mean and std over seeds of the WD and ED ratios; per seed the score over tasks."""
+    """Candidates ranked by score (the geometric mean of their runs' scores on the tasks
+    where the headline sees on val, :func:`blind_tasks`); per task the mean and std over
+    seeds of the headline, WD and ED ratios; per seed the score over tasks."""
+    blind = blind_tasks(study, found)
     rows = []
     for name, results in found.items():
         row: dict[str, Any] = {"candidate": name, "runs": len(results),
@@ -503,12 +528,13 @@ def summarize(study: Study, stage: Stage, found: dict[str, list[dict]], missing:
             row[f"{task}:sanity"] = min(((v, k) for f in fakes for k, v in f.items()
                                          if isinstance(v, int | float) and math.isfinite(v)),
                                         default=(math.nan, ""))
-        row["score"] = _geo([run_score(r) for r in results]) if results else math.inf
-        row["seed_scores"] = [_geo([run_score(r) for r in results if r["seed"] == s])
-                              for s in stage.seeds if any(r["seed"] == s for r in results)]
+        scored = [r for r in results if r.get("task") not in blind]
+        row["score"] = _geo([run_score(r) for r in scored]) if scored else math.inf
+        row["seed_scores"] = [_geo([run_score(r) for r in scored if r["seed"] == s])
+                              for s in stage.seeds if any(r["seed"] == s for r in scored)]
         rows.append(row)
     rows.sort(key=lambda r: (r["score"], r["candidate"]))
-    return StageResult(stage, rows, missing)
+    return StageResult(stage, rows, missing, blind)
 
 
 def stage_candidates(study: Study, root: Path, preset: str, index: int) -> list[Candidate]:
@@ -574,6 +600,10 @@ def render(study: Study, res: StageResult, preset: str, fmt: str = "md") -> str:
                "lower is better (WD and ED, blind to per-pixel noise on several tasks, "
                "decide nothing)." + (f" {res.missing} result(s) missing." if res.missing
                                      else ""))
+    if res.blind:
+        caption += (" Not in the score (there a sanity row scores under 1.5x the val floor "
+                    "in the headline: it cannot rank on val): "
+                    + "; ".join(f"{t} ({why})" for t, why in res.blind.items()) + ".")
     sanity = [f"{t}: {k} {v:.3g}x" for t in study.tasks
               for v, k in [next((r[f"{t}:sanity"] for r in res.rows
                                  if f"{t}:sanity" in r and r[f"{t}:sanity"][1]),
@@ -590,17 +620,24 @@ def verdict(res: StageResult) -> str:
     least 3 seeds each)."""
     ok = [r for r in res.rows if math.isfinite(r["score"])]
     if not ok:
+        if res.rows and res.blind and all(r["runs"] for r in res.rows):
+            return ("no choice: the headline metric cannot rank on the val split of any "
+                    "task (" + "; ".join(f"{t}: {w}" for t, w in res.blind.items()) + ")")
         return "no candidate completed"
     best = ok[0]
-    beaten = [f"{k} scores {v:.3g}x on {key.split(':')[0]} (the best candidate "
-              f"{best[key.split(':')[0] + ':headline'][0]:.3g}x)"
-              for key, (v, k) in ((key, best[key]) for key in best if key.endswith(":sanity"))
-              if k and math.isfinite(v)
-              and v <= best[key.split(':')[0] + ':headline'][0]]
-    if beaten:
+    tasks = [key.split(":")[0] for key in best if key.endswith(":sanity")]
+    seeing = [t for t in tasks if t not in res.blind]
+    beaten = {t: f"{k} scores {v:.3g}x on {t} (the best candidate "
+                 f"{best[t + ':headline'][0]:.3g}x)"
+              for t in seeing for v, k in [best[t + ":sanity"]]
+              if k and math.isfinite(v) and v <= best[t + ":headline"][0]}
+    if seeing and len(beaten) == len(seeing):
         return ("no choice: a sanity row beats the best candidate in the headline metric ("
-                + "; ".join(beaten) + "): nothing here has learned the data")
+                + "; ".join(beaten.values()) + "): nothing here has learned the data")
     text = f"best: {best['candidate']} (score {best['score']:.3g})"
+    if beaten:
+        text += ("; but a sanity row beats it on " + "; ".join(beaten.values())
+                 + ": not learned there at this budget, whatever the draws")
     if len(ok) < 2:
         return text
     second = ok[1]

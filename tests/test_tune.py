@@ -97,6 +97,37 @@ def test_a_failed_run_ranks_last_and_is_named(tiny):
     assert "failed" in tune.render(tiny, res, "smoke")
 
 
+def _res(task: str, seed: int, headline: float, fakes: dict[str, float]) -> dict:
+    return {"task": task, "seed": seed, "status": "ok", "sanity": fakes,
+            "ratios": {"structure": headline, "wd": 1.0, "energy": 1.0}}
+
+
+def test_a_task_whose_sanity_rows_stay_near_the_val_floor_is_left_out_of_the_score():
+    study = Study(name="two", method="pmosfm", description="", tasks=("burgers", "darcy"),
+                  candidates=grid({"x": {"x1": {"endpoint_share": 0.0},
+                                         "x2": {"endpoint_share": 0.1}}}),
+                  stages=(Stage("1", 2, (0, 1, 2)),))
+    sees, blind = {"noise": 5.0, "phase": 2.0}, {"noise": 5.0, "phase": 1.3}
+    found = {  # x1 better on burgers (which ranks), worse on darcy (where phase is 1.3x the floor)
+        "x1": [_res("burgers", s, 1.5 + 0.01 * s, sees) for s in range(3)]
+        + [_res("darcy", s, 9.0, blind) for s in range(3)],
+        "x2": [_res("burgers", s, 1.8 + 0.01 * s, sees) for s in range(3)]
+        + [_res("darcy", s, 1.1, blind) for s in range(3)],
+    }
+    res = tune.summarize(study, study.stages[0], found, 0)
+    assert res.blind == {"darcy": "phase 1.3x"}
+    assert [r["candidate"] for r in res.rows] == ["x1", "x2"]
+    assert res.rows[0]["score"] == pytest.approx(1.51, rel=1e-2)  # burgers alone
+    assert "Not in the score" in tune.render(study, res, "cpu")
+    text = tune.verdict(res)
+    assert text.startswith("best: x1") and "beats it" not in text
+    # the choice beaten by a sanity row on a task that ranks: named, not hidden
+    found["x1"][0:3] = [_res("burgers", s, 2.5, sees) for s in range(3)]
+    found["x2"][0:3] = [_res("burgers", s, 2.6, sees) for s in range(3)]
+    text = tune.verdict(tune.summarize(study, study.stages[0], found, 0))
+    assert text.startswith("no choice: a sanity row beats") and "phase scores 2x on burgers" in text
+
+
 def test_a_damaged_edited_or_ill_typed_result_is_named_and_recomputed(dirs, tiny):
     args = ("tiny", "1", "burgers", "e0|a", 0, "smoke", None, None, "cpu")
     assert tune.tune_job(*args)["status"] == "ok"
