@@ -33,7 +33,8 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = {"run": "run", "list": "listing", "leaderboard": "leaderboard",
             "protocol": "protocol", "show-config": "show_config", "audit": "audit",
             "sweep": "sweep", "tune": "tune", "report": "report", "data": "data",
-            "study": "study", "sanity": "sanity"}
+            "study": "study", "sanity": "sanity", "reproduce": "reproduce",
+            "publish": "publish"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,6 +42,32 @@ def add_allow_unsealed(p: argparse.ArgumentParser) -> None:
                    "skipped like edited records")
 
 
+def add_published(p: argparse.ArgumentParser) -> None:
+    """``--no-published``: leave out the repository's published records."""
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--no-published", action="store_true",
+                       help="only this results directory's records: leave out the published "
+                       "set shipped in the repository (published/; $PCGBENCH_PUBLISHED)")
+    which.add_argument("--published-only", action="store_true",
+                       help="only the published set's records (what docs/leaderboard.md "
+                       "shows), none of this results directory's")
+
+
+def table_records(args: argparse.Namespace, root, unsealed: bool = False) -> list:
+    """The records a table reads: the results directory's, plus the published set's
+    unless ``--no-published`` (a published record the user has measured is not read);
+    with ``--published-only`` the published set's alone."""
+    from pcgbench.leaderboard.published import combine, load_published
+    from pcgbench.leaderboard.records import load_records
+
+    if getattr(args, "published_only", False):
+        return load_published(unsealed)
+    local = load_records(root, unsealed)
+    if getattr(args, "no_published", False):
+        return local
+    return combine(local, load_published(unsealed))
+
+
 def names(registry, kind: str) -> str:
     """Help text listing a registry's names (a --plugin or an installed entry point may add
     more, so they are listed, not enforced as argparse choices)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from pcgbench.cli._common import add_allow_unsealed, add_common
+from pcgbench.cli._common import add_allow_unsealed, add_common, add_published, table_records
 from pcgbench.presets import DEFAULT_PRESET, PRESETS
 
 
@@ -15,6 +15,7 @@ def add_parser(sub: typing.Any) -> None:
                        "judged on our records by a stated statistical rule")
     add_common(p)
     add_allow_unsealed(p)
+    add_published(p)
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="device kind of the records judged (never pooled)")
@@ -27,7 +28,6 @@ def run(args: argparse.Namespace) -> None:
     import pandas as pd
 
     from pcgbench.benchrecords import load_benchmark_records
-    from pcgbench.leaderboard import load_records
     from pcgbench.paper.audit import RULE, audit_rows, regime_notes
     from pcgbench.presets import check_preset
     from pcgbench.storage import results_dir
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> None:
     check_preset(args.preset)
     root = results_dir(args.results)
     unsealed = bool(getattr(args, "allow_unsealed", False))  # --allow-unsealed
-    records = load_records(root, unsealed)
+    records = table_records(args, root, unsealed)
     rows = audit_rows(records, args.preset, args.device,
                       load_benchmark_records(root), args.method)
     df = pd.DataFrame(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from pcgbench.cli._common import add_allow_unsealed, add_common
+from pcgbench.cli._common import add_allow_unsealed, add_common, add_published, table_records
 from pcgbench.errors import PcgError
 from pcgbench.registry import METHODS, TASKS
 
@@ -14,6 +14,7 @@ def add_parser(sub: typing.Any) -> None:
     p = sub.add_parser("leaderboard", help="paper-style tables from all recorded runs")
     add_common(p)
     add_allow_unsealed(p)
+    add_published(p)
     kind = p.add_mutually_exclusive_group()  # one kind of table: a task's, a suite's, an ablation's
     kind.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
@@ -44,7 +45,7 @@ def add_parser(sub: typing.Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pcgbench.leaderboard import failed_notes, load_records
+    from pcgbench.leaderboard import failed_notes
     from pcgbench.leaderboard.text import latex_output
     from pcgbench.storage import results_dir
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> None:
 
         if args.rows or args.methods:
             raise PcgError("--ablation is its own table: --rows/--methods do not apply")
-        text = render_ablation(load_records(root, unsealed), args.ablation,
+        text = render_ablation(table_records(args, root, unsealed), args.ablation,
                                args.format, args.preset, reported=not args.no_reported,
                                sanity=not getattr(args, "no_sanity", False))
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> None:
 
         if args.rows or args.methods:
             raise PcgError("--rows/--methods apply to per-task tables, not to --suite")
-        records = load_records(root, unsealed)
+        records = table_records(args, root, unsealed)
         text = render_suite(records, args.suite, args.format, args.preset,
                             reported=not args.no_reported)
         print(latex_output([text], args.standalone) if args.format == "latex" else text)
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> None:
     from pcgbench.leaderboard.render import table_csv, table_latex, table_markdown
     from pcgbench.leaderboard.tables import group_records
 
-    records = load_records(root, unsealed)
+    records = table_records(args, root, unsealed)
     groups = group_records(records, variants=args.variants)
     if args.task is not None:
         TASKS.get(args.task)  # unknown task -> did-you-mean error

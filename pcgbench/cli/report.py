@@ -6,7 +6,7 @@ import argparse
 import typing
 from pathlib import Path
 
-from pcgbench.cli._common import add_allow_unsealed, add_common
+from pcgbench.cli._common import add_allow_unsealed, add_common, add_published, table_records
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 
@@ -17,6 +17,7 @@ def add_parser(sub: typing.Any) -> None:
                        "curves, quality vs cost")
     add_common(p)
     add_allow_unsealed(p)
+    add_published(p)
     p.add_argument("--task", default=None)
     p.add_argument("--preset", default=None)
     p.add_argument("--out", default="pcgbench_report", help="output directory")
@@ -28,7 +29,6 @@ def add_parser(sub: typing.Any) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pcgbench.leaderboard import load_records
     from pcgbench.leaderboard.report import build_report
     from pcgbench.storage import ensure_writable, results_dir
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> None:
         check_preset(args.preset)
     root = results_dir(args.results)
     unsealed = bool(getattr(args, "allow_unsealed", False))  # --allow-unsealed
-    records = load_records(root, unsealed)
+    records = table_records(args, root, unsealed)
     if not records:
         raise PcgError(f"no run records under {root}; run `pcgbench run` first")
     out = ensure_writable(Path(args.out).expanduser())

@@ -1,0 +1,187 @@
+"""The published record set: sealed run records measured by the maintainers and shipped in
+the repository (``published/records/<task>/<preset>/<method>/``, the results layout), read
+by ``leaderboard``, ``report``, ``audit`` and ``sanity`` beside the user's own records.
+
+A published record is a run record like any other (verified the same way: schema, digest,
+metric ranges) and enters a table only as what it is:
+
+* where the user has a record of the same identity (the same file name: the run key's
+  hash -- task parameters, data source, method config, seed, preset, device kind, code
+  versions -- and sampling settings), the user's own record is used and the published one
+  is not read;
+* where the registered code has moved on since it was measured (a task, data or method
+  ``version`` above the record's, or another default config), it is *stale*: named under
+  the table, never scored (:func:`pcgbench.leaderboard.tables.stale_reason`);
+* every table says which of its columns came from the published set (commit, machine,
+  date) and which were measured here (:func:`provenance_notes`).
+
+Data identity across machines: a generated dataset is part of a cell's identity through
+the task's parameters and ``data_version`` (the solver's code), not through the bytes of a
+file; a dataset loaded with ``--data-file`` is identified by its SHA-256.  Regenerated
+data agree with the published cells' to the solver's floating-point reproducibility
+(``pcgbench reproduce`` measures the agreement cell by cell; docs/leaderboard.md).
+
+``$PCGBENCH_PUBLISHED`` points at another published set (a directory holding
+``records/``); ``none`` (or ``--no-published``) reads none.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pcgbench.record import RunRecord, as_records
+
+#: the environment variable that moves (or, with ``none``, disables) the published set
+ENV = "PCGBENCH_PUBLISHED"
+
+
+def published_root() -> Path | None:
+    """The directory holding the published ``records/`` (None: disabled)."""
+    env = os.environ.get(ENV)
+    if env is not None:
+        return None if env.strip().lower() in ("", "none", "off") else Path(env).expanduser()
+    from importlib.resources import files
+
+    return Path(str(files("pcgbench.published")))
+
+
+def is_published(record: RunRecord) -> bool:
+    """Whether ``record`` was read from the published set."""
+    root = published_root()
+    return bool(root is not None and record.path
+                and Path(record.path).resolve().is_relative_to(root.resolve()))
+
+
+def relative_name(record: RunRecord) -> str | None:
+    """``<task>/<preset>/<method>/<file>`` of a record read from a results layout: its
+    identity (the file name is the hash of its run key and sampling settings)."""
+    if not record.path:
+        return None
+    parts = Path(record.path).parts
+    return "/".join(parts[-4:]) if len(parts) >= 4 else None
+
+
+def load_published(allow_unsealed: bool = False) -> list[RunRecord]:
+    """Every usable record of the published set ([] where there is none or it is off);
+    one that cannot be used is named and skipped, as a local one."""
+    from pcgbench.leaderboard.records import load_records
+
+    root = published_root()
+    if root is None or not (root / "records").is_dir():
+        return []
+    return load_records(root, allow_unsealed)
+
+
+def combine(local: Iterable[RunRecord], published: Iterable[RunRecord]) -> list[RunRecord]:
+    """The user's records and the published ones, without a published record whose
+    identity the user has measured (the user's is shown)."""
+    local = list(local)
+    mine = {relative_name(r) for r in local}
+    return local + [r for r in published if relative_name(r) not in mine]
+
+
+def provenance(records: Iterable[RunRecord]) -> str:
+    """``commit abc1234, cpu (x86_64, 1 threads), 2026-12-04`` of a set of records: their
+    commits, machines and finishing dates (ranges where they differ)."""
+    recs = as_records(records)
+    commits = sorted({str(r["git"])[:7] for r in recs if r.get("git")})
+    machines = sorted({str(r["device"]) for r in recs if r.get("device")})
+    days = sorted({str(r.get("finished") or r.get("started"))[:10] for r in recs
+                   if r.get("finished") or r.get("started")})
+    parts = []
+    if commits:
+        parts.append(f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}")
+    parts += machines
+    if days:
+        parts.append(days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}")
+    return "; ".join(parts) or "no provenance recorded"
+
+
+def provenance_notes(by_method: Mapping[str, list[RunRecord]]) -> list[str]:
+    """One line saying which columns of a table are published cells (and whence) and
+    which were measured here; nothing when no column uses a published record."""
+    pub: dict[str, list[RunRecord]] = {}
+    here: list[str] = []
+    for column, recs in by_method.items():
+        recs = as_records(recs)
+        mine = [r for r in recs if is_published(r)]
+        if mine:
+            pub[column] = mine
+        if len(mine) < len(recs):
+            here.append(column)
+    if not pub:
+        return []
+    from pcgbench.leaderboard.sanity import is_reference
+
+    allp = [r for rs in pub.values() for r in rs]
+    cells = [f"{c} (seeds {_seeds(rs)})" for c, rs in pub.items() if not is_reference(c)]
+    refs = [c for c in pub if is_reference(c)]
+    if refs:
+        cells.append("the data floor and sanity rows" if len(refs) > 1 else refs[0])
+    line = (f"published cells (the repository's published/ set: {provenance(allp)}): "
+            + ", ".join(cells))
+    if here:
+        line += "; measured here: " + ", ".join(here)
+    return [line]
+
+
+def _seeds(records: list[RunRecord]) -> str:
+    seeds = sorted({int(r.get("seed", 0)) for r in records})
+    return ", ".join(map(str, seeds))
+
+
+def cell_spread(records: Iterable[RunRecord], metric: str) -> float | None:
+    """The standard deviation over seeds of ``metric`` in a cell's records (None with
+    fewer than two finite values)."""
+    vals = [float(v) for r in records
+            if isinstance(v := RunRecord.from_json(r).metrics.get(metric), int | float)]
+    vals = [v for v in vals if v == v and abs(v) != float("inf")]
+    return statistics.stdev(vals) if len(vals) > 1 else None
+
+
+#: the page generated from the published set (tests/test_published.py keeps it in sync)
+DOC = "docs/leaderboard.md"
+
+
+def published_doc() -> str:
+    """docs/leaderboard.md: every per-task table of the published set (``pcgbench
+    leaderboard --published-only``), each with its notes, under a header saying what the
+    set is and how to regenerate the page."""
+    from pcgbench.leaderboard.model import task_table
+    from pcgbench.leaderboard.render import table_markdown
+    from pcgbench.leaderboard.tables import group_records
+
+    records = load_published()
+    groups = group_records(records)
+    keys = sorted(groups)
+    head = ["# Leaderboard: the published cells", "",
+            "Generated from the sealed run records shipped in `published/records/` "
+            "(`python -m pcgbench.leaderboard.published --write docs/leaderboard.md`; "
+            "`tests/test_published.py` fails when this page and the records or the code "
+            "disagree).  The same tables print on a fresh clone with `pcgbench leaderboard` "
+            "(your own records beside them) and `pcgbench leaderboard --published-only`; "
+            "`pcgbench reproduce TASK METHOD SEED` reruns one cell here and compares.  "
+            "What each table's data are, and under which regime, is under it; "
+            "docs/evaluation.md tells how to read one (the headline metric, the data floor, "
+            "the sanity rows).", ""]
+    if not keys:
+        return "\n".join(head + ["No published records.", ""])
+    tables = [t for task, preset in keys
+              if (t := task_table(records, task, preset, groups=groups)) is not None]
+    return "\n".join(head) + "\n" + "\n".join(table_markdown(t) for t in tables)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="write docs/leaderboard.md from the published set")
+    ap.add_argument("--write", default=None, metavar="PATH", help="write here (else print)")
+    a = ap.parse_args()
+    text = published_doc()
+    if a.write:
+        Path(a.write).write_text(text)
+    else:
+        print(text, end="")

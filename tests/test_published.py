@@ -1,0 +1,104 @@
+"""The published record set: shipped sealed and in sync with docs/leaderboard.md, shown on a
+fresh results directory with its provenance, replaced by a user's own record of the same
+identity, named (never scored) when stale, and `pcgbench reproduce` comparing a rerun
+with it metric by metric."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+from pcgbench.leaderboard import published as pub
+from pcgbench.record import seal_record
+from pcgbench.registry import METHODS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def shipped(monkeypatch):
+    """The repository's own published set (conftest turns it off for every other test)."""
+    monkeypatch.delenv(pub.ENV, raising=False)
+    return pub.published_root()
+
+
+def test_every_shipped_record_is_sealed_usable_and_the_page_is_in_sync(shipped):
+    files = sorted((shipped / "records").rglob("*.json"))
+    assert files, "the repository ships no published records"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a record skipped for any reason fails here
+        records = pub.load_published()
+    assert len(records) == len(files)
+    assert all(pub.is_published(r) for r in records)
+    page = (REPO / pub.DOC).read_text()
+    assert page == pub.published_doc(), (
+        "docs/leaderboard.md is out of sync with published/ or the code: regenerate it with "
+        "`python -m pcgbench.leaderboard.published --write docs/leaderboard.md`")
+
+
+def test_a_fresh_results_directory_shows_the_published_table(dirs, shipped, capsys):
+    rc, out, err = cli(capsys, ["leaderboard", "--task", "burgers", "--preset", "cpu"])
+    assert rc == 0, err
+    assert "fm_ot (n=3)" in out and "published cells (the repository's published/ set" in out
+    rc, out, _ = cli(capsys, ["leaderboard", "--task", "burgers", "--no-published"])
+    assert rc == 2 and "no run records" in _  # the user's own directory alone is empty
+
+
+@pytest.fixture
+def smoke_set(dirs, monkeypatch, capsys):
+    """Two smoke seeds of fm_ot on burgers run into results A and published to P; the
+    environment then points at an empty results directory B and the published set P."""
+    a, p = dirs / "A", dirs / "P"
+    rc, _, err = cli(capsys, ["run", "--task", "burgers", "--method", "fm_ot", "--preset",
+                              "smoke", "--seed", "0", "1", "--quiet", "--results", str(a)])
+    assert rc == 0, err
+    rc, out, err = cli(capsys, ["publish", "--preset", "smoke", "--results", str(a),
+                                "--to", str(p)])
+    assert rc == 0 and "published 9 record(s)" in out, err  # data floor + 6 fakes + 2 seeds
+    monkeypatch.setenv(pub.ENV, str(p))
+    monkeypatch.setenv("PCGBENCH_RESULTS", str(dirs / "B"))
+    return a, p
+
+
+def test_published_cells_are_marked_and_the_users_own_record_replaces_one(smoke_set, capsys):
+    a, _ = smoke_set
+    rc, out, _ = cli(capsys, ["leaderboard", "--task", "burgers", "--preset", "smoke"])
+    assert rc == 0 and "fm_ot (n=2)" in out and "fm_ot (seeds 0, 1)" in out
+    # results A holds the same identities: its records are read, the published ones not
+    rc, out, _ = cli(capsys, ["leaderboard", "--task", "burgers", "--preset", "smoke",
+                              "--results", str(a)])
+    assert rc == 0 and "fm_ot (n=2)" in out and "published cells" not in out
+
+
+def test_reproduce_agrees_on_a_deterministic_rerun_and_flags_a_changed_value(smoke_set,
+                                                                             capsys):
+    _, p = smoke_set
+    rc, out, err = cli(capsys, ["reproduce", "burgers", "fm_ot", "1", "--preset", "smoke",
+                                "--quiet"])
+    assert rc == 0, err
+    assert "identical" in out and "DIFFERS" not in out and "metrics agree" in out
+    # a published value moved far beyond the cell's seed spread: named, exit status 1
+    (path,) = (p / "records" / "burgers" / "smoke" / "fm_ot").glob("seed1-*.json")
+    rec = json.loads(path.read_text())
+    rec.pop("digest")
+    rec["metrics"]["structure"] *= 10
+    path.write_text(json.dumps(seal_record(rec)))
+    rc, out, _ = cli(capsys, ["reproduce", str(path), "--preset", "smoke", "--quiet"])
+    assert rc == 1 and "structure" in out and "DIFFERS (beyond the seed spread" in out
+
+
+def test_reproduce_refuses_an_unknown_or_stale_cell_in_one_line(smoke_set, capsys,
+                                                                monkeypatch):
+    rc, _, err = cli(capsys, ["reproduce", "burgers", "fm_ot", "7", "--preset", "smoke"])
+    assert rc == 2 and "no published record of burgers/fm_ot seed 7" in err
+    assert len(err.strip().splitlines()) == 1
+    monkeypatch.setattr(METHODS.get("fm_ot"), "version", METHODS.get("fm_ot").version + 1)
+    rc, _, err = cli(capsys, ["reproduce", "burgers", "fm_ot", "0", "--preset", "smoke"])
+    assert rc == 2 and "is stale here" in err
+    # and the table names the stale cells instead of scoring them
+    rc, out, _ = cli(capsys, ["leaderboard", "--task", "burgers", "--preset", "smoke"])
+    assert rc == 0 and "fm_ot (n=" not in out and "rerun" in out
