@@ -1,7 +1,7 @@
 """pcgbench: a benchmark harness for physics-constrained generative models.
 
-The distribution maps the top-level folders ``tasks/ methods/ metrics/ leaderboard/ paper/`` of
-the source tree to ``pcgbench.tasks`` ... (setuptools ``package-dir``).  When Python
+The distribution maps the top-level folders ``tasks/ methods/ metrics/ leaderboard/ paper/
+published/`` of the source tree to ``pcgbench.tasks`` ... (setuptools ``package-dir``).  When Python
 imports this package from a source checkout -- ``python -m pcgbench`` run in the
 repository root puts the checkout first on ``sys.path``, ahead of an installed wheel --
 those sub-packages are not below this folder; :func:`_map_source_tree` then maps them to
@@ -15,14 +15,17 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from pcgbench import allocator as _allocator
 from pcgbench import threads as _threads
 
 # before anything imports torch: idle OpenMP threads must not spin (pcgbench.threads)
 _threads.prepare_environment()
+# freed training tensors stay in the heap instead of faulting in again (pcgbench.allocator)
+_allocator.apply()
 
 #: sub-package -> folder of the source tree (pyproject.toml ``package-dir``)
 SOURCE_FOLDERS = {"tasks": "tasks", "methods": "methods", "metrics": "metrics",
-                  "leaderboard": "leaderboard", "paper": "paper"}
+                  "leaderboard": "leaderboard", "paper": "paper", "published": "published"}
 
 
 class _SourceTreeFinder(importlib.abc.MetaPathFinder):
