@@ -52,6 +52,8 @@ class Plan:
     unsupported: list[str]
     #: runs this machine cannot even plan (e.g. a paper-scale backbone over its memory)
     unplanned: list[str] = field(default_factory=list)
+    #: runs left out because the published set holds their identity, scored and current
+    published: list[str] = field(default_factory=list)
 
     @property
     def n_jobs(self) -> int:
@@ -95,11 +97,14 @@ def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
 
 def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], preset: str,
          results_dir: str | None, data_dir: str | None, plugins: Sequence[str] = (),
-         checkpoint_every: int | None = None, device: str = "auto") -> Plan:
+         checkpoint_every: int | None = None, device: str = "auto",
+         published: frozenset[str] = frozenset()) -> Plan:
     """The jobs still to run, stage by stage (names checked with did-you-mean).  A method
     is ``NAME`` or ``NAME:key=value[,key=value]``: that method with those config
     overrides, the run ``pcgbench run --method NAME --set key=value ...`` makes (its own
-    record, a variant of the method's column)."""
+    record, a variant of the method's column).  A run whose record identity is in
+    ``published`` (``task/preset/method/file`` of the published set's scored, current
+    records: :func:`published_cells`) is done: the work accumulates across machines."""
     for name in tasks:
         TASKS.get(name)
     specs = {spec: parse_method_spec(spec) for spec in methods}
@@ -109,6 +114,7 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
     existing: list[str] = []
     unsupported: list[str] = []
     unplanned: list[str] = []
+    done_elsewhere: list[str] = []
 
     def options(task: str, method: str, seed: int) -> RunOptions:
         name, overrides = specs.get(method, (method, {}))
@@ -142,7 +148,8 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 opts = options(task_name, method, seed)
                 label = f"{task_name}/{method} seed {seed}"
                 try:
-                    recorded = record_path(opts).exists()
+                    path = record_path(opts)
+                    recorded = path.exists()
                 except PcgError as exc:
                     note = f"{task_name}/{method}: {exc}"
                     if note not in unplanned:
@@ -151,12 +158,25 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 if recorded:
                     existing.append(label)
                     continue
+                if "/".join(path.parts[-4:]) in published:
+                    done_elsewhere.append(label)
+                    continue
                 stage = "backbone" if method in backbones else "method"
                 stages[stage].append(Job(stage, label, run_job, (opts, tuple(plugins))))
         if len(stages["backbone"]) + len(stages["method"]) > planned:
             stages["data"].append(Job("data", f"{task_name} data", data_job,
                                       (task_name, preset, data_dir, tuple(plugins))))
-    return Plan(stages, existing, unsupported, unplanned)
+    return Plan(stages, existing, unsupported, unplanned, done_elsewhere)
+
+
+def published_cells() -> frozenset[str]:
+    """``task/preset/method/file`` of every scored, current record of the published set
+    (:mod:`pcgbench.leaderboard.published`): cells a sweep need not run again."""
+    from pcgbench.leaderboard.published import load_published, relative_name
+    from pcgbench.leaderboard.tables import is_ok
+
+    return frozenset(n for r in load_published() if is_ok(r)
+                     and (n := relative_name(r)) is not None)
 
 
 @dataclass(frozen=True)

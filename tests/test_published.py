@@ -102,3 +102,13 @@ def test_reproduce_refuses_an_unknown_or_stale_cell_in_one_line(smoke_set, capsy
     # and the table names the stale cells instead of scoring them
     rc, out, _ = cli(capsys, ["leaderboard", "--task", "burgers", "--preset", "smoke"])
     assert rc == 0 and "fm_ot (n=" not in out and "rerun" in out
+
+
+def test_a_sweep_counts_published_cells_as_done(smoke_set, capsys):
+    argv = ["sweep", "--dry-run", "--preset", "smoke", "--tasks", "burgers", "--methods",
+            "fm_ot", "--seeds", "0", "1", "2"]
+    rc, out, err = cli(capsys, argv)
+    assert rc == 0, err
+    assert "1 run(s) to do" in out and "2 published" in out
+    rc, out, _ = cli(capsys, [*argv, "--no-published"])
+    assert rc == 0 and "3 run(s) to do" in out

@@ -56,6 +56,9 @@ def add_parser(sub: typing.Any) -> None:
     p.add_argument("--log-dir", default=None,
                    help="submitit job logs (default RESULTS/sweep_logs)")
     p.add_argument("--dry-run", action="store_true", help="list what is missing and exit")
+    p.add_argument("--no-published", action="store_true",
+                   help="also run cells the published set holds (scored, current): by "
+                   "default they count as done, so the work accumulates across machines")
 
 
 def check_job_options(args: argparse.Namespace) -> None:
@@ -103,11 +106,16 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.environment import resolve_device
 
     resolve_device(args.device)  # a bad or absent device is one line before any planning
+    from pcgbench.sweep import published_cells
+
     p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,
-             args.plugin, args.checkpoint_every, args.device)
+             args.plugin, args.checkpoint_every, args.device,
+             frozenset() if args.no_published else published_cells())
     runs = len(p.stages["backbone"]) + len(p.stages["method"])
     print(f"sweep [{args.preset}] {len(tasks)} task(s) x {len(methods)} method(s) x "
           f"{len(args.seeds)} seed(s): {runs} run(s) to do, {len(p.existing)} recorded, "
+          + (f"{len(p.published)} published (--no-published reruns them), "
+             if p.published else "") +
           f"{len(p.unsupported)} unsupported pair(s) skipped; device {args.device}, "
           f"{cpus} thread(s) per job, {args.max_parallel} in parallel")
     for line in p.unsupported:
