@@ -99,13 +99,27 @@ def _samples_file_problem(path: str) -> str | None:
     return None
 
 
+def _has_samples(record: Mapping[str, Any]) -> bool:
+    """Whether a record's samples file (or one moved beside it) is a regular file."""
+    rec = RunRecord.from_json(record)
+    if rec.samples_file and _samples_file_problem(rec.samples_file) is None:
+        return True
+    return bool(rec.path and str(rec.path).endswith(".json")
+                and Path(rec.path).with_suffix(".samples.h5").is_file())
+
+
 def _samples(record: Mapping[str, Any], problems: list[str] | None = None
              ) -> dict[str, np.ndarray] | None:
     """The record's saved samples (``samples``, ``reference`` [n, C, *spatial] of one
     shape, optional ``cond``), or None; a samples file that is missing, not a regular
     file, unreadable or malformed is skipped, named in a warning and appended to
     ``problems`` (the report names it under the table)."""
-    path = RunRecord.from_json(record).samples_file
+    rec = RunRecord.from_json(record)
+    path = rec.samples_file
+    beside = (str(Path(rec.path).with_suffix(".samples.h5"))
+              if rec.path and str(rec.path).endswith(".json") else None)
+    if beside and (not path or _samples_file_problem(path)) and Path(beside).is_file():
+        path = beside  # moved with its record (a copied results dir, the published set)
     if not path:
         return None
     import warnings
@@ -157,7 +171,9 @@ def task_section(task: str, preset: str, by_method: Mapping[str, list[RunRecord]
     saved: dict[str, dict[str, np.ndarray]] = {}
     for m in methods:
         bad: list[str] = []
-        if (s := _samples(by_method[m][0], bad)) is not None:
+        # the first seed whose samples are at hand (the published set ships one per cell)
+        with_file = [r for r in by_method[m] if _has_samples(r)] or by_method[m][:1]
+        if (s := _samples(with_file[0], bad)) is not None:
             saved[m] = s
         # named under the table, as on stderr
         parts += [f'<p class="note">{html.escape(printable(f"{m}: {line}"))}</p>'

@@ -54,7 +54,8 @@ def smoke_set(dirs, monkeypatch, capsys):
     environment then points at an empty results directory B and the published set P."""
     a, p = dirs / "A", dirs / "P"
     rc, _, err = cli(capsys, ["run", "--task", "burgers", "--method", "fm_ot", "--preset",
-                              "smoke", "--seed", "0", "1", "--quiet", "--results", str(a)])
+                              "smoke", "--seed", "0", "1", "--quiet", "--results", str(a),
+                              "--save-samples", "4"])
     assert rc == 0, err
     rc, out, err = cli(capsys, ["publish", "--preset", "smoke", "--results", str(a),
                                 "--to", str(p)])
@@ -112,3 +113,14 @@ def test_a_sweep_counts_published_cells_as_done(smoke_set, capsys):
     assert "1 run(s) to do" in out and "2 published" in out
     rc, out, _ = cli(capsys, [*argv, "--no-published"])
     assert rc == 0 and "3 run(s) to do" in out
+
+
+def test_the_report_draws_the_published_cells_samples(smoke_set, capsys, tmp_path):
+    _, p = smoke_set
+    (h5,) = (p / "records" / "burgers" / "smoke" / "fm_ot").glob("*.samples.h5")
+    assert h5.name.startswith("seed0-")  # the lowest seed's, beside its record
+    rc, out, err = cli(capsys, ["report", "--task", "burgers", "--preset", "smoke", "--out",
+                                str(tmp_path / "rep")])
+    assert rc == 0, err
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert 'alt="samples (u)' in page and "skipping samples" not in err

@@ -24,6 +24,9 @@ def add_parser(sub: typing.Any) -> None:
     p.add_argument("--to", default=None, metavar="DIR",
                    help="the published set (default: the package's published/ directory, "
                    "the repository's in a checkout)")
+    p.add_argument("--samples", type=int, default=8, metavar="N",
+                   help="ship the first N saved samples (and test fields) of each cell's "
+                   "lowest seed beside its record, for the report's figures (0: none)")
     p.add_argument("--dry-run", action="store_true", help="list what would be copied")
 
 
@@ -57,7 +60,11 @@ def run(args: argparse.Namespace) -> None:
     if not chosen:
         raise PcgError(f"no scored default-column records at preset {args.preset!r} to "
                        "publish under " + str(results_dir(args.results)))
-    replaced = 0
+    replaced = shipped = 0
+    lowest: dict[tuple, int] = {}
+    for rec in chosen:
+        cell = (rec.task, rec.get("preset"), rec.method)
+        lowest[cell] = min(lowest.get(cell, 1 << 30), int(rec.get("seed", 0)))
     for rec in chosen:
         rel = relative_name(rec)
         target = dest / "records" / rel
@@ -72,7 +79,29 @@ def run(args: argparse.Namespace) -> None:
         atomic_write(target, lambda p, data=data: p.write_bytes(data))
         for p in stale:
             p.unlink()
+            p.with_suffix(".samples.h5").unlink(missing_ok=True)
         replaced += len(stale)
+        if (args.samples > 0 and rec.samples_file and Path(rec.samples_file).is_file()
+                and int(rec.get("seed", 0)) == lowest[(rec.task, rec.get("preset"),
+                                                       rec.method)]):
+            _ship_samples(Path(rec.samples_file), target.with_suffix(".samples.h5"),
+                          args.samples)
+            shipped += 1
     if not args.dry_run:
         print(f"published {len(chosen)} record(s) to {dest / 'records'}"
-              + (f" ({replaced} older one(s) of the same cells removed)" if replaced else ""))
+              + (f" ({replaced} older one(s) of the same cells removed)" if replaced else "")
+              + (f"; the first {args.samples} samples of {shipped} cell(s) beside them"
+                 if shipped else ""))
+
+
+def _ship_samples(src: Path, out: Path, n: int) -> None:
+    """The first ``n`` rows of a samples file, in the same layout, at ``out``."""
+    import h5py
+    import torch
+
+    from pcgbench.measure import write_samples_file
+
+    with h5py.File(src, "r") as f:
+        rows = {k: torch.from_numpy(f[k][:n]) for k in ("samples", "reference", "cond")
+                if k in f}
+    write_samples_file(out, rows["samples"], rows["reference"], rows.get("cond"))
