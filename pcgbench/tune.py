@@ -574,8 +574,8 @@ def render(study: Study, res: StageResult, preset: str, fmt: str = "md") -> str:
     body = []
     for r in res.rows:
         name = r["candidate"] if fmt == "csv" else r["candidate"].replace("|", "\\|")
-        body.append([name, "failed" if not math.isfinite(r["score"]) else
-                     f"{r['score']:.3g}"]
+        body.append([name, "missing" if not r["runs"] else "failed"
+                     if not math.isfinite(r["score"]) else f"{r['score']:.3g}"]
                     + [cell(r[f"{t}:headline"]) for t in study.tasks]
                     + [cell(r[f"{t}:wd"]) for t in study.tasks]
                     + [cell(r[f"{t}:energy"]) for t in study.tasks]
@@ -636,8 +636,8 @@ def verdict(res: StageResult) -> str:
                 + "; ".join(beaten.values()) + "): nothing here has learned the data")
     text = f"best: {best['candidate']} (score {best['score']:.3g})"
     if beaten:
-        text += ("; but a sanity row beats it on " + "; ".join(beaten.values())
-                 + ": not learned there at this budget, whatever the draws")
+        text += ("; but a sanity row beats it (" + "; ".join(beaten.values())
+                 + "): not learned there at this budget")
     if len(ok) < 2:
         return text
     second = ok[1]
