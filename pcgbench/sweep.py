@@ -104,7 +104,8 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
     overrides, the run ``pcgbench run --method NAME --set key=value ...`` makes (its own
     record, a variant of the method's column).  A run whose record identity is in
     ``published`` (``task/preset/method/file`` of the published set's scored, current
-    records: :func:`published_cells`) is done: the work accumulates across machines."""
+    records: ``pcgbench.cli.sweep.published_cells``) is done: the work accumulates
+    across machines."""
     for name in tasks:
         TASKS.get(name)
     specs = {spec: parse_method_spec(spec) for spec in methods}
@@ -168,15 +169,6 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                                       (task_name, preset, data_dir, tuple(plugins))))
     return Plan(stages, existing, unsupported, unplanned, done_elsewhere)
 
-
-def published_cells() -> frozenset[str]:
-    """``task/preset/method/file`` of every scored, current record of the published set
-    (:mod:`pcgbench.leaderboard.published`): cells a sweep need not run again."""
-    from pcgbench.leaderboard.published import load_published, relative_name
-    from pcgbench.leaderboard.tables import is_ok
-
-    return frozenset(n for r in load_published() if is_ok(r)
-                     and (n := relative_name(r)) is not None)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import pytest
 from conftest import cli
 
 from pcgbench.leaderboard import published as pub
+from pcgbench.leaderboard import published_page
 from pcgbench.record import seal_record
 from pcgbench.registry import METHODS
 
@@ -34,10 +35,10 @@ def test_every_shipped_record_is_sealed_usable_and_the_page_is_in_sync(shipped):
         records = pub.load_published()
     assert len(records) == len(files)
     assert all(pub.is_published(r) for r in records)
-    page = (REPO / pub.DOC).read_text()
-    assert page == pub.published_doc(), (
+    page = (REPO / published_page.DOC).read_text()
+    assert page == published_page.published_doc(), (
         "docs/leaderboard.md is out of sync with published/ or the code: regenerate it with "
-        "`python -m pcgbench.leaderboard.published --write docs/leaderboard.md`")
+        "`python -m pcgbench.leaderboard.published_page --write docs/leaderboard.md`")
 
 
 def test_a_fresh_results_directory_shows_the_published_table(dirs, shipped, capsys):

@@ -106,8 +106,6 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.environment import resolve_device
 
     resolve_device(args.device)  # a bad or absent device is one line before any planning
-    from pcgbench.sweep import published_cells
-
     p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,
              args.plugin, args.checkpoint_every, args.device,
              frozenset() if args.no_published else published_cells())
@@ -183,3 +181,13 @@ def _sweep_cost(p: typing.Any, preset: str) -> str:
         shown = ", ".join(est.unpriced[:6]) + (" ..." if len(est.unpriced) > 6 else "")
         line += f"; {len(est.unpriced)} job(s) without an estimate: {shown}"
     return line
+
+
+def published_cells() -> frozenset[str]:
+    """``task/preset/method/file`` of every scored, current record of the published set
+    (:mod:`pcgbench.leaderboard.published`): cells a sweep need not run again."""
+    from pcgbench.leaderboard.published import load_published, relative_name
+    from pcgbench.leaderboard.tables import is_ok
+
+    return frozenset(n for r in load_published() if is_ok(r)
+                     and (n := relative_name(r)) is not None)
