@@ -76,7 +76,7 @@ def endpoint_error(opts: RunOptions, steps: int, n: int) -> dict[str, float] | N
 
 
 def study_table(study_name: str, stage_name: str, preset: str, seed: int, steps: int, n: int,
-                results: str | None) -> None:
+                results: str | None, tasks: list[str] | None = None) -> None:
     """One row per candidate of a ``pcgbench tune`` study stage, one column per task: the
     median one-step endpoint error of that candidate's fitted checkpoint ("-": not fitted)."""
     from pcgbench.tune import get_study
@@ -86,10 +86,11 @@ def study_table(study_name: str, stage_name: str, preset: str, seed: int, steps:
     if stage is None:
         raise PcgError(f"study {study_name} has no stage {stage_name!r}")
     rows = []
+    tasks = [t for t in study.tasks if not tasks or t in tasks]
     for cand in study.candidates:
         over = {**dict(study.base), **cand.config, "iterations": stage.iterations}
         row: list = [cand.name]
-        for task in study.tasks:
+        for task in tasks:
             opts = RunOptions(task=task, method=study.method, seed=seed, preset=preset,
                               device="cpu", overrides=over, results_dir=results,
                               progress=False)
@@ -100,7 +101,7 @@ def study_table(study_name: str, stage_name: str, preset: str, seed: int, steps:
     print(f"\n{study_name} stage {stage_name} [{preset}] seed {seed}: median relative L2 of the "
           f"one-step endpoint vs {steps} Euler steps of the model's diagonal field, {n} source "
           f"draws (ref: {steps} vs {2 * steps} steps)")
-    print(tabulate(rows, headers=["candidate", *study.tasks]))
+    print(tabulate(rows, headers=["candidate", *tasks]))
 
 
 def main() -> None:
@@ -116,11 +117,12 @@ def main() -> None:
     ap.add_argument("--study", default=None,
                     help="a `pcgbench tune` study: every candidate x task of --stage")
     ap.add_argument("--stage", default="1")
+    ap.add_argument("--tasks", nargs="+", default=None, help="with --study: only these tasks")
     ap.add_argument("--results", default=None)
     args = ap.parse_args()
     if args.study:
         study_table(args.study, args.stage, args.preset, args.seed, args.steps, args.n,
-                    args.results)
+                    args.results, args.tasks)
         return
     opts = RunOptions(task=args.task, method=args.method, seed=args.seed, preset=args.preset,
                       device="cpu", overrides=parse_assignments(args.set),
