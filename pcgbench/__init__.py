@@ -26,6 +26,8 @@ _allocator.apply()
 #: sub-package -> folder of the source tree (pyproject.toml ``package-dir``)
 SOURCE_FOLDERS = {"tasks": "tasks", "methods": "methods", "metrics": "metrics",
                   "leaderboard": "leaderboard", "paper": "paper", "published": "published"}
+#: mapped when present, not required of a checkout (data, no code)
+DATA_FOLDERS = frozenset({"published"})
 
 
 class _SourceTreeFinder(importlib.abc.MetaPathFinder):
@@ -39,6 +41,8 @@ class _SourceTreeFinder(importlib.abc.MetaPathFinder):
         if head != __name__ or name not in SOURCE_FOLDERS:
             return None
         folder = self.root / SOURCE_FOLDERS[name]
+        if not (folder / "__init__.py").is_file():
+            return None  # a data folder this copy lacks (the published records)
         return importlib.util.spec_from_file_location(
             fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
 
@@ -48,7 +52,8 @@ def _map_source_tree() -> None:
     root = here.parent
     if (here / "tasks").is_dir() or not (root / "pyproject.toml").is_file():
         return  # an installed package (the sub-packages are below it)
-    if not all((root / f / "__init__.py").is_file() for f in SOURCE_FOLDERS.values()):
+    if not all((root / f / "__init__.py").is_file() for n, f in SOURCE_FOLDERS.items()
+               if n not in DATA_FOLDERS):
         return
     if not any(isinstance(f, _SourceTreeFinder) for f in sys.meta_path):
         # first: an editable install of *another* checkout maps the same names to its
