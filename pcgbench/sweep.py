@@ -362,7 +362,7 @@ def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dic
     while pending or running:
         while pending and len(running) < max_parallel:
             job = pending.pop(0)
-            with _children_stderr(executor):
+            with _children_stderr(executor), _stop_deferred():
                 running.append((job, executor.submit(in_job, threads, job.fn, *job.args)))
         done = [(j, f) for j, f in running if f.done()]
         if not done:
@@ -408,6 +408,25 @@ class SweepStopped(PcgError):
     """The sweep's process received SIGTERM: its running jobs were cancelled."""
 
 
+#: a SIGTERM that arrives while a job is being submitted waits until the job is in the
+#: list of running jobs (else its process, already started, would not be cancelled)
+_DEFER: dict[str, Any] = {"active": False, "pending": None}
+
+
+@contextlib.contextmanager
+def _stop_deferred() -> Iterator[None]:
+    """Hold a SIGTERM stop (:func:`stop_on_sigterm`) until the block has ended, then
+    raise it: a job submitted under it is cancelled with the others."""
+    _DEFER["active"] = True
+    try:
+        yield
+    finally:
+        _DEFER["active"] = False
+        pending, _DEFER["pending"] = _DEFER["pending"], None
+        if pending is not None:
+            raise pending
+
+
 @contextlib.contextmanager
 def stop_on_sigterm(command: str = "sweep") -> Iterator[None]:
     """SIGTERM (a scheduler or ``kill``) raises :class:`SweepStopped` in the main thread,
@@ -420,8 +439,12 @@ def stop_on_sigterm(command: str = "sweep") -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise SweepStopped(f"{command} stopped by SIGTERM; running jobs cancelled "
+        exc = SweepStopped(f"{command} stopped by SIGTERM; running jobs cancelled "
                            f"(completed results are kept; rerun the {command} to finish)")
+        if _DEFER["active"]:  # a job is being submitted: raised once it is registered
+            _DEFER["pending"] = exc
+            return
+        raise exc
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:

@@ -277,3 +277,22 @@ def test_a_lost_jobs_detail_says_what_happened_and_where_its_log_is():
     assert "----" not in detail
     assert lost_job_detail(ValueError("bad\n  the last line says why\n----"), object()) == \
         "ValueError: the last line says why"
+
+
+def test_a_sigterm_during_a_submission_waits_until_the_job_is_registered():
+    """The race behind an orphaned job: a stop raised inside ``executor.submit`` (its
+    process already started) would skip the append, and cancel() would not see it."""
+    import os
+    import signal
+
+    import pytest
+
+    from pcgbench.sweep import SweepStopped, _stop_deferred, stop_on_sigterm
+
+    running: list[str] = []
+    with pytest.raises(SweepStopped), stop_on_sigterm():
+        with _stop_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered here, held
+            running.append("job")  # the submission completes
+        raise AssertionError("the held stop must be raised when the block ends")
+    assert running == ["job"]
