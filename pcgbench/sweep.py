@@ -415,13 +415,26 @@ _DEFER: dict[str, Any] = {"active": False, "pending": None}
 
 @contextlib.contextmanager
 def _stop_deferred() -> Iterator[None]:
-    """Hold a SIGTERM stop (:func:`stop_on_sigterm`) until the block has ended, then
-    raise it: a job submitted under it is cancelled with the others."""
+    """Hold a SIGTERM stop (:func:`stop_on_sigterm`) or a Ctrl-C until the block has
+    ended, then raise it: a job submitted under it is cancelled with the others (and no
+    job process started after the signal runs on, holding the sweep's output open)."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = None
+    if main:
+        def hold_interrupt(signum: int, frame: Any) -> None:
+            _DEFER["pending"] = _DEFER["pending"] or KeyboardInterrupt()
+
+        previous = signal.signal(signal.SIGINT, hold_interrupt)
     _DEFER["active"] = True
     try:
         yield
     finally:
         _DEFER["active"] = False
+        if main:
+            signal.signal(signal.SIGINT, previous)
         pending, _DEFER["pending"] = _DEFER["pending"], None
         if pending is not None:
             raise pending

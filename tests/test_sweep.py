@@ -289,10 +289,11 @@ def test_a_sigterm_during_a_submission_waits_until_the_job_is_registered():
 
     from pcgbench.sweep import SweepStopped, _stop_deferred, stop_on_sigterm
 
-    running: list[str] = []
-    with pytest.raises(SweepStopped), stop_on_sigterm():
-        with _stop_deferred():
-            os.kill(os.getpid(), signal.SIGTERM)  # delivered here, held
-            running.append("job")  # the submission completes
-        raise AssertionError("the held stop must be raised when the block ends")
-    assert running == ["job"]
+    for sig, exc in ((signal.SIGTERM, SweepStopped), (signal.SIGINT, KeyboardInterrupt)):
+        running: list[str] = []
+        with pytest.raises(exc), stop_on_sigterm():
+            with _stop_deferred():
+                os.kill(os.getpid(), sig)  # delivered here, held
+                running.append("job")  # the submission completes
+            raise AssertionError("the held stop must be raised when the block ends")
+        assert running == ["job"]
