@@ -58,10 +58,11 @@ def is_published(record: RunRecord) -> bool:
 def relative_name(record: RunRecord) -> str | None:
     """``<task>/<preset>/<method>/<file>`` of a record read from a results layout: its
     identity (the file name is the hash of its run key and sampling settings)."""
-    if not record.path:
+    from pcgbench.plan import identity_name
+
+    if not record.path or len(Path(record.path).parts) < 4:
         return None
-    parts = Path(record.path).parts
-    return "/".join(parts[-4:]) if len(parts) >= 4 else None
+    return identity_name(record.path)
 
 
 def load_published(allow_unsealed: bool = False) -> list[RunRecord]:

@@ -99,13 +99,22 @@ def _samples_file_problem(path: str) -> str | None:
     return None
 
 
+def _samples_path(record: Mapping[str, Any]) -> str | None:
+    """The record's ``samples_file``, or the one beside the record where that is not at
+    hand (moved with its record: a copied results dir, the published set)."""
+    rec = RunRecord.from_json(record)
+    path = rec.samples_file
+    beside = (str(Path(rec.path).with_suffix(".samples.h5"))
+              if rec.path and str(rec.path).endswith(".json") else None)
+    if beside and (not path or _samples_file_problem(path)) and Path(beside).is_file():
+        return beside
+    return path
+
+
 def _has_samples(record: Mapping[str, Any]) -> bool:
     """Whether a record's samples file (or one moved beside it) is a regular file."""
-    rec = RunRecord.from_json(record)
-    if rec.samples_file and _samples_file_problem(rec.samples_file) is None:
-        return True
-    return bool(rec.path and str(rec.path).endswith(".json")
-                and Path(rec.path).with_suffix(".samples.h5").is_file())
+    path = _samples_path(record)
+    return bool(path) and _samples_file_problem(path) is None
 
 
 def _samples(record: Mapping[str, Any], problems: list[str] | None = None
@@ -114,12 +123,7 @@ def _samples(record: Mapping[str, Any], problems: list[str] | None = None
     shape, optional ``cond``), or None; a samples file that is missing, not a regular
     file, unreadable or malformed is skipped, named in a warning and appended to
     ``problems`` (the report names it under the table)."""
-    rec = RunRecord.from_json(record)
-    path = rec.samples_file
-    beside = (str(Path(rec.path).with_suffix(".samples.h5"))
-              if rec.path and str(rec.path).endswith(".json") else None)
-    if beside and (not path or _samples_file_problem(path)) and Path(beside).is_file():
-        path = beside  # moved with its record (a copied results dir, the published set)
+    path = _samples_path(record)
     if not path:
         return None
     import warnings

@@ -347,6 +347,12 @@ def result_paths(root: Path, key: dict[str, Any], record_extra: dict[str, Any] |
     return records / rk.with_suffix(".json"), ckpts / ck.with_suffix(".pt")
 
 
+def identity_name(path: Path | str) -> str:
+    """``<task>/<preset>/<method>/<file>`` of a record or checkpoint path in the results
+    layout (:func:`result_paths`): the same name in any results dir or published set."""
+    return "/".join(Path(path).parts[-4:])
+
+
 def record_extra(opts: RunOptions) -> dict[str, Any]:
     """The sampling settings a record's identity adds to the run key."""
     return {"sample_batch": opts.sample_batch, "tag": opts.tag}

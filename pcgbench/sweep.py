@@ -29,7 +29,14 @@ import torch
 
 from pcgbench.config import parse_method_spec
 from pcgbench.errors import PcgError
-from pcgbench.plan import RunOptions, build_task, method_config, record_path, resolve
+from pcgbench.plan import (
+    RunOptions,
+    build_task,
+    identity_name,
+    method_config,
+    record_path,
+    resolve,
+)
 from pcgbench.registry import METHODS, TASKS, load_plugin
 
 EXECUTORS = ("local", "slurm", "debug")
@@ -159,7 +166,7 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 if recorded:
                     existing.append(label)
                     continue
-                if "/".join(path.parts[-4:]) in published:
+                if identity_name(path) in published:
                     done_elsewhere.append(label)
                     continue
                 stage = "backbone" if method in backbones else "method"

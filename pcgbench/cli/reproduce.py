@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.errors import PcgError
     from pcgbench.leaderboard.published import cell_spread, provenance, relative_name
     from pcgbench.leaderboard.tables import is_ok, stale_reason
+    from pcgbench.plan import identity_name
     from pcgbench.presets import check_preset
     from pcgbench.runner import RunOptions, record_path, run
 
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                           results_dir=args.results if args.keep else tmp,
                           data_dir=args.data_dir, force=args.keep,
                           progress=not args.quiet)
-        if relative_name(type(pub)(pub.data, str(record_path(opts)))) != relative_name(pub):
+        if identity_name(record_path(opts)) != relative_name(pub):
             raise PcgError(f"the published cell {relative_name(pub)} is not what this code "
                            f"runs for it ({record_path(opts).name}): another identity")
         t0 = time.perf_counter()
