@@ -15,7 +15,8 @@ the leaderboard's ``data`` column), their ratio, and the cumulative training sec
         --tasks burgers darcy --checkpoints 100 200 400 800 1600
 
 Used to choose the ``cpu`` budgets (issue: the backbone should reach WD <= 2x the data
-floor where a run still fits ~10 minutes on 2 cores); see docs/protocols.md.
+floor where a run still fits ~10 minutes on 2 cores); see docs/notes/backbone-cpu.md "How the
+recipe was found".
 """
 
 from __future__ import annotations
@@ -31,17 +32,13 @@ from tabulate import tabulate
 
 from pcgbench import environment
 from pcgbench.config import apply_overrides, parse_assignments, split_assignments
+from pcgbench.evaluation import evaluate, reference_metrics
+from pcgbench.measure import write_samples_file
 from pcgbench.method import RunContext
 from pcgbench.metrics.distribution import wasserstein1
+from pcgbench.plan import recipe_overrides, seed_everything
 from pcgbench.presets import data_preset
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import (
-    evaluate,
-    recipe_overrides,
-    reference_metrics,
-    seed_everything,
-    write_samples_file,
-)
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,

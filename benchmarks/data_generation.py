@@ -30,7 +30,7 @@ from tabulate import tabulate
 
 from pcgbench import environment
 from pcgbench.registry import TASKS
-from pcgbench.storage import atomic_write
+from pcgbench.results.files import atomic_write
 from pcgbench.task import SPLITS, Task
 
 

@@ -17,7 +17,7 @@ Darcy:
         --methods pcfm:jacobian=dense pcfm:jacobian=auto
 
 ``--record`` also writes the per-repeat seconds per sample of every method as one
-benchmark record (``pcgbench.benchrecords``, with the device and the machine's load at
+benchmark record (``pcgbench.results.benchmarks``, with the device and the machine's load at
 start and end), the only CPU timing source ``pcgbench audit`` uses; a method with
 overrides is the column ``name[key=value]``.
 """
@@ -35,7 +35,7 @@ from pcgbench import environment
 from pcgbench.config import parse_method_spec
 from pcgbench.fitting import fit
 from pcgbench.plan import RunOptions, resolve
-from pcgbench.storage import results_dir
+from pcgbench.results.files import results_dir
 from pcgbench.timing import synchronize
 
 
@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--record", action="store_true",
                     help="write the measurement as a benchmark record (for pcgbench audit)")
     args = ap.parse_args()
-    from pcgbench.benchrecords import machine_load
+    from pcgbench.environment import machine_load
 
     load = {"start": machine_load()}
 
@@ -112,7 +112,7 @@ def main() -> None:
     print(tabulate(rows, headers=["method", "NFE", "ms / sample", f"speed-up vs {ref}",
                                   "breakdown per sample"], tablefmt="pipe"))
     if args.record:
-        from pcgbench.benchrecords import write_benchmark_record
+        from pcgbench.results.benchmarks import write_benchmark_record
 
         load["end"] = machine_load()
         cols = {n: n.replace(":", "[", 1) + "]" if ":" in n else n for n in loaded}

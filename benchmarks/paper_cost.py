@@ -40,15 +40,11 @@ import torch
 from tabulate import tabulate
 
 from pcgbench import environment, papercost
+from pcgbench.guard import RunTimeLimit, time_limit
 from pcgbench.paper.cost import CostRow
+from pcgbench.plan import build_method, seed_everything
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import (
-    RunOptions,
-    RunTimeLimit,
-    build_method,
-    seed_everything,
-    time_limit,
-)
+from pcgbench.runner import RunOptions
 from pcgbench.task import SPLITS, FieldData
 from pcgbench.timing import synchronize
 

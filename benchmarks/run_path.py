@@ -44,9 +44,10 @@ def _ours(filename: str, root: Path, core: bool) -> str | None:
     return str(rel)
 
 
-def walk(argv: list[str], core: bool) -> list[str]:
+def walk(argv: list[str], core: bool, within: str | None = None) -> list[str]:
     """The files of the depth-first walk of ``pcgbench <argv>``'s first-call tree, one
-    entry per stop (consecutive entries differ)."""
+    entry per stop (consecutive entries differ); with ``within`` (``file:function``, e.g.
+    ``pcgbench/runner.py:run``) only the walk inside that function's first call."""
     import pcgbench
     from pcgbench.cli import main
 
@@ -55,9 +56,13 @@ def walk(argv: list[str], core: bool) -> list[str]:
     stack: list[tuple[int, str, bool]] = []  # (frame id, file, expanded)
     muted = [0]  # depth inside a function already expanded
     path: list[str] = []
+    inside = [within is None]  # recording: the whole run, or inside ``within``
+    target = tuple(within.split(":")) if within else None
+    depth = [0]
+    target_done = [False]
 
     def visit(file: str) -> None:
-        if not path or path[-1] != file:
+        if inside[0] and (not path or path[-1] != file):
             path.append(file)
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
@@ -67,6 +72,9 @@ def walk(argv: list[str], core: bool) -> list[str]:
         if file is None:
             return
         if event == "call":
+            if (target and not inside[0] and not target_done[0]
+                    and (file, frame.f_code.co_name) == target):
+                inside[0], depth[0] = True, len(stack)
             key = (frame.f_code.co_filename, frame.f_code.co_firstlineno)
             expanded = not muted[0] and key not in seen
             seen.add(key)
@@ -83,6 +91,8 @@ def walk(argv: list[str], core: bool) -> list[str]:
             muted[0] -= 1
         elif stack:
             visit(stack[-1][1])
+        if target and inside[0] and len(stack) == depth[0]:
+            inside[0], target_done[0] = False, True
 
     sys.setprofile(profile)
     try:
@@ -98,19 +108,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--core", action="store_true", help="only pcgbench/ files")
     ap.add_argument("--show", action="store_true", help="print the walk")
+    ap.add_argument("--within", metavar="FILE:FUNCTION",
+                    help="only the walk inside this function's first call "
+                         "(e.g. pcgbench/runner.py:run)")
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the pcgbench arguments")
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    path = walk(argv, args.core)
+    path = walk(argv, args.core, args.within)
     entered: collections.Counter[str] = collections.Counter(path)
     reentries = len(path) - len(entered)
     if args.show:
         print(" -> ".join(path))
     print(f"{len(path)} stops in {len(entered)} files, {reentries} of them re-entries"
-          f"{' (pcgbench/ only)' if args.core else ''}")
-    for file, n in entered.most_common(6):
+          f"{' (pcgbench/ only)' if args.core else ''}"
+          f"{f' inside {args.within}' if args.within else ''}")
+    for file, n in entered.most_common(8):
         print(f"  {n:4d}  {file}")
-    print(f"  pcgbench/runner.py: entered {entered['pcgbench/runner.py']} times")
+    for name in ("pcgbench/runner.py", "pcgbench/plan.py", "pcgbench/record_builder.py"):
+        print(f"  {name}: entered {entered[name]} times")
     return 0
 
 

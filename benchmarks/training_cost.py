@@ -39,7 +39,7 @@ The configurations run one after another, so slowly varying background load on a
 machine can bias individual rows; ``--rounds R`` repeats the whole sweep and reports the
 median over rounds of each configuration's time and memory.  The printed header says which
 device and preset.  ``--record`` also writes, per task, two benchmark records
-(``pcgbench.benchrecords``): every timed update's seconds (pooled over rounds) and every
+(``pcgbench.results.benchmarks``): every timed update's seconds (pooled over rounds) and every
 round's peak memory per configuration (``pbfm[unroll=n]``, ``pmosfm``, ...), with the
 machine's load at start and end; ``pcgbench audit`` reads its training-time and memory
 claims only from these (or from GPU run records).
@@ -72,10 +72,11 @@ from tabulate import tabulate
 
 from pcgbench import environment
 from pcgbench.config import apply_overrides, parse_method_spec
+from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods.fm_ot import PRESET_BUDGET
+from pcgbench.plan import recipe_overrides, seed_everything
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import prepare, recipe_overrides, seed_everything
 from pcgbench.timing import reset_peak_memory, synchronize
 
 PBFM_DEPTHS = (1, 2, 3, 4)
@@ -344,8 +345,9 @@ def main() -> None:
     ap.add_argument("--record", action="store_true",
                     help="write per-task benchmark records (for pcgbench audit)")
     args = ap.parse_args()
-    from pcgbench.benchrecords import machine_load, write_benchmark_record
-    from pcgbench.storage import results_dir
+    from pcgbench.environment import machine_load
+    from pcgbench.results.benchmarks import write_benchmark_record
+    from pcgbench.results.files import results_dir
 
     device = environment.resolve_device(args.device)
     rows: list[Row] = []

@@ -1,6 +1,5 @@
 """Turning stored run records into paper-style tables."""
 
-from pcgbench.leaderboard.records import load_records
 from pcgbench.leaderboard.render import format_table
 from pcgbench.leaderboard.tables import (
     backbone_notes,
@@ -11,6 +10,7 @@ from pcgbench.leaderboard.tables import (
     summary_frame,
 )
 from pcgbench.paper.reported import reported_table
+from pcgbench.results.store import load_records
 
 __all__ = ["backbone_notes", "failed_notes", "format_table", "group_records", "load_records",
            "long_frame", "reported_table", "select", "summary_frame"]

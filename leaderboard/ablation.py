@@ -30,8 +30,8 @@ from pcgbench.leaderboard.model import Cell, Grid, LayoutTable
 from pcgbench.leaderboard.render import layout_text
 from pcgbench.leaderboard.tables import REPORTED_CAPTION, is_ok, status_of
 from pcgbench.paper.reported import reported_csv
-from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import TASKS
+from pcgbench.results.record import RunRecord, as_records
 
 
 @dataclass(frozen=True)

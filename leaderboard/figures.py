@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcgbench.record import RunRecord
 from pcgbench.registry import TASKS
+from pcgbench.results.record import RunRecord
 
 
 def _pyplot() -> Any:

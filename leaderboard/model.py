@@ -33,8 +33,8 @@ from pcgbench.leaderboard.tables import (
     table_notes,
 )
 from pcgbench.paper.reported import reported_table
-from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import TASKS
+from pcgbench.results.record import RunRecord, as_records
 
 
 @dataclass(frozen=True)

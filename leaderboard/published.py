@@ -32,7 +32,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pcgbench.record import RunRecord, as_records
+from pcgbench.results.record import RunRecord, as_records
 
 #: the environment variable that moves (or, with ``none``, disables) the published set
 ENV = "PCGBENCH_PUBLISHED"
@@ -58,7 +58,7 @@ def is_published(record: RunRecord) -> bool:
 def relative_name(record: RunRecord) -> str | None:
     """``<task>/<preset>/<method>/<file>`` of a record read from a results layout: its
     identity (the file name is the hash of its run key and sampling settings)."""
-    from pcgbench.plan import identity_name
+    from pcgbench.results.layout import identity_name
 
     if not record.path or len(Path(record.path).parts) < 4:
         return None
@@ -68,10 +68,11 @@ def relative_name(record: RunRecord) -> str | None:
 def load_published(allow_unsealed: bool = False) -> list[RunRecord]:
     """Every usable record of the published set ([] where there is none or it is off);
     one that cannot be used is named and skipped, as a local one."""
-    from pcgbench.leaderboard.records import load_records
+    from pcgbench.results.layout import has_records
+    from pcgbench.results.store import load_records
 
     root = published_root()
-    if root is None or not (root / "records").is_dir():
+    if root is None or not has_records(root):
         return []
     return load_records(root, allow_unsealed)
 

@@ -31,8 +31,9 @@ from pcgbench.leaderboard.model import task_table
 from pcgbench.leaderboard.render import table_html
 from pcgbench.leaderboard.tables import group_records
 from pcgbench.log import printable
-from pcgbench.record import RunRecord
 from pcgbench.registry import TASKS
+from pcgbench.results.layout import samples_path
+from pcgbench.results.record import RunRecord
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -104,7 +105,7 @@ def _samples_path(record: Mapping[str, Any]) -> str | None:
     hand (moved with its record: a copied results dir, the published set)."""
     rec = RunRecord.from_json(record)
     path = rec.samples_file
-    beside = (str(Path(rec.path).with_suffix(".samples.h5"))
+    beside = (str(samples_path(rec.path))
               if rec.path and str(rec.path).endswith(".json") else None)
     if beside and (not path or _samples_file_problem(path)) and Path(beside).is_file():
         return beside
@@ -246,7 +247,7 @@ def build_report(records: list[RunRecord], out: Path, task: str | None = None,
             f"<ul>{toc}</ul>{''.join(sections)}</body></html>")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"
-    from pcgbench.storage import atomic_write
+    from pcgbench.results.files import atomic_write
 
     atomic_write(path, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     return path, time.perf_counter() - t0

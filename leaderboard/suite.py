@@ -25,8 +25,8 @@ from pcgbench.leaderboard.model import Cell, Grid, LayoutTable
 from pcgbench.leaderboard.render import layout_text
 from pcgbench.leaderboard.tables import REPORTED_CAPTION, group_records, summary_frame
 from pcgbench.paper.reported import method_key, method_label, reported_csv
-from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import METRICS, TASKS
+from pcgbench.results.record import RunRecord, as_records
 
 #: metric name -> (row label, display unit: the table shows value / unit)
 ROWS: dict[str, tuple[str, float]] = {

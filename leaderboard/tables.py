@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 
 from pcgbench.method import method_lineage
-from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import METHODS, METRICS, TASKS
+from pcgbench.results.record import RunRecord, as_records
 
 EXTRA_ROWS: tuple[tuple[str, Callable[[RunRecord], Any]], ...] = (
     ("nfe", lambda r: r.nfe),
@@ -47,21 +47,11 @@ def stale_reason(record: Mapping[str, Any]) -> str | None:
     """Why a record predates a code fix it depends on (its ``code_versions`` below the
     registered task's or method's ``version``), or None.  Unregistered tasks and methods
     (a plug-in not imported) cannot be checked and count as current."""
+    from pcgbench.results.identity import stale_versions
+
     record = RunRecord.from_json(record)
-    have = record.code_versions
-    now: dict[str, int] = {}
-    if (task := TASKS.lookup(record.task)) is not None:
-        now.update(task=task.version, data=task.data_version)
-        if record.method == "data":
-            now["reference"] = task.reference_version()
-    if (method := METHODS.lookup(record.method)) is not None:
-        now["method"] = method.version
-    for name in [k.split(":", 1)[1] for k in have if k.startswith("pretrained:")] + (
-            [record.pretrained] if record.pretrained else []):
-        if (base := METHODS.lookup(name)) is not None:
-            now[f"pretrained:{name}"] = base.version
-    behind = [f"{k} {have.get(k, 0)} < {v}" for k, v in sorted(now.items())
-              if have.get(k, 0) < v]
+    behind = stale_versions(record.code_versions, record.task, record.method,
+                            record.pretrained)
     if behind:
         return f"recorded before a code fix (version {', '.join(behind)}): rerun"
     if changed := default_config_changes(record):
@@ -257,7 +247,7 @@ def summary_frame(by_method: Mapping[str, list[RunRecord]], metric_order: tuple[
 def loaded_cells(by_method: Mapping[str, list[RunRecord]]) -> set[tuple[str, str]]:
     """(timing row, column) cells with a record whose phase (fit: s/update; sampling:
     time/sample) saw a 1-minute load average above the machine's CPU count."""
-    from pcgbench.benchrecords import was_loaded
+    from pcgbench.environment import was_loaded
 
     return {(row, m) for m, recs in by_method.items() for row, phase in TIMING_ROWS.items()
             if any(was_loaded(r.load.get(phase)) for r in as_records(recs))}
@@ -512,14 +502,15 @@ def table_notes(task: str, preset: str, by_method: Mapping[str, list[RunRecord]]
         if recipe := getattr(cls, "recipe_overrides", {}).get(preset):
             lines.append("training: every method trained from scratch takes "
                          + _assignments(recipe)
-                         + " on this task instead of the preset recipe's (docs/protocols.md)")
+                         + " on this task instead of the preset recipe's (docs/running.md "
+                         "'The shared backbone at `cpu`')")
         shown = {method_of(c) for c in by_method}
         for name, per_preset in getattr(cls, "method_overrides", {}).items():
             if (over := per_preset.get(preset)) and (
                     name in shown or any(name in _lineage(m) for m in shown)):
                 lines.append(f"training: {name} (and the methods built as its variants) takes "
                              + _assignments(over) + " on this task (a stability fix: "
-                             "docs/protocols.md)")
+                             "its task's page in docs/tasks/)")
     floors = [r for c, recs in by_method.items() if method_of(c) == "data"
               for r in as_records(recs) if (r.reference_draws or 0) > 1]
     if floors:  # what the data column is, where it is not simply the val split

@@ -39,7 +39,8 @@ class PresetRecipe:
     (``pcgbench.training.lr_factor``), and the sampled weights an EMA with ``ema_decay``
     (methods whose reference code fixes its own EMA keep it: PBFM 0.999, PIDM 0.99).
     The ``cpu`` budget is the one at which the shared backbones reach WD <= 2x the data
-    floor (benchmarks/backbone_convergence.py; docs/protocols.md)."""
+    floor (benchmarks/backbone_convergence.py; docs/notes/backbone-cpu.md "How the recipe was
+    found")."""
 
     iterations: int
     batch_size: int
@@ -60,7 +61,7 @@ PRESET_RECIPE = {
     "smoke": PresetRecipe(30, 16, warmup=3),
     "cpu": PresetRecipe(3000, 32, warmup=100),
     # 6.7x the cpu budget's samples; the measure of "enough" is the device run of
-    # benchmarks/backbone_convergence.py --preset gpu (docs/protocols.md)
+    # benchmarks/backbone_convergence.py --preset gpu (docs/running.md "The `gpu` preset")
     "gpu": PresetRecipe(10000, 64, warmup=250),
     "paper": PresetRecipe(20000, 64, warmup=500),
 }

@@ -129,7 +129,8 @@ class CCFM(BackboneSampler[CCFMConfig]):
         dt = 1.0 / cfg.steps
         timer = PhaseTimer(self.device)
         # its own Euler loop (dt v, t = k dt), kept bit for bit: with euler_solve's
-        # t = k / steps its round-off-level constraint errors move (docs/protocols.md)
+        # t = k / steps its round-off-level constraint errors move (docs/code_notes.md
+        # "methods/ccfm.py")
         for k in range(cfg.steps):
             t, tn = k * dt, (k + 1) * dt
             with timer.phase("network"):

@@ -69,7 +69,8 @@ class DFlow(BackboneSampler[DFlowConfig]):
     def solve(self, z0, cond):
         """n-step Euler solve t: 0 -> 1 (differentiable when z0 requires grad).  Its own
         loop, not ``euler_solve``: L-BFGS through the solve amplifies the one-ulp difference
-        of t = k dt vs k / steps into other NFE and metrics (docs/protocols.md)."""
+        of t = k dt vs k / steps into other NFE and metrics (docs/methods/sampling_time.md "One
+        Euler solver, and the two samplers that keep their own loop")."""
         z, dt = z0, 1.0 / self.config.steps
         for k in range(self.config.steps):
             z = z + dt * self.velocity(z, k * dt, cond)

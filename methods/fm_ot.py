@@ -83,7 +83,8 @@ class FMOT(Method[FMOTConfig]):
     preset_recipe = True
     #: the shared backbone also sampled on a fine Euler grid (the record's diagnostics):
     #: the paper's 20 steps shrink the data's wide directions, so its WD alone cannot
-    #: tell an under-trained network from a coarse sampler (docs/protocols.md)
+    #: tell an under-trained network from a coarse sampler (docs/notes/backbone-cpu.md "The 20-step
+    #: sampler, not the network (session 15)")
     diagnostic_sampling = {"euler_100": {"steps": 100}}
 
     def __init__(self, task: Task, config: FMOTConfig, device: torch.device | str = "cpu"):

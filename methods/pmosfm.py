@@ -68,7 +68,7 @@ class PMosFMConfig(MethodConfig):
     geometry: Literal["auto", "none"] = "auto"
     # "full" P_s (paper Eq. input-preconditioner; the default) | "diagonal"
     # standardization | "none" | "auto": "full" on field-conditioned tasks (pooled
-    # statistics), else "none" (pmosfm_tuned; measured in docs/protocols.md: "none" beats
+    # statistics), else "none" (pmosfm_tuned; measured in docs/notes/pmosfm.md: "none" beats
     # "full" on WD/JS on kolmogorov, kf_generation and darcy at `cpu`).  The record says
     # which (method_info.whitening).
     whitening: Literal["auto", "full", "diagonal", "none"] = "full"
@@ -108,13 +108,14 @@ class PMosFMConfig(MethodConfig):
     # "auto" (pmosfm_tuned): "spectral" on tasks not conditioned on fields, else "unit" (a
     # field condition fixes the low modes, so the data's unconditional spectrum is the
     # wrong source there: kf_reconstruction recon_rel_l2 0.31 vs 0.24 measured).  Only
-    # "unit" (the default) is the paper's N(0, I) source; measured in docs/protocols.md;
-    # the record says which (method_info.source_scale)
+    # "unit" (the default) is the paper's N(0, I) source; measured in
+    # docs/methods/pmosfm.md "The source spectrum"; the record says which (method_info.source_scale)
     source_scale: Literal["auto", "unit", "data", "spectral"] = "unit"
     # weight of a spread-matching term (sqrt(mean_i var_batch T^{0,1}(r0)_i) / S_data - 1)^2
     # on one-step draws, S_data the training data's RMS spread in r (0, the default: off;
-    # not in the paper: it counters the one-step shrinkage, see docs/protocols.md; 3 in
-    # pmosfm_tuned).  Every objective gets it alike: the native objective on its own
+    # not in the paper: it counters the one-step shrinkage, see docs/code_notes.md
+    # "methods/pmosfm.py"; 3 in pmosfm_tuned).  Every objective gets it alike: the native objective
+    # on its own
     # (0, 1) draws, the others on one extra one-step batch per update.  Not applied on
     # tasks conditioned on fields (kf_reconstruction): there the batch spread is the
     # spread *across* observations, not the ensemble spread per observation

@@ -12,7 +12,7 @@ means at ``ALPHA`` = 5 %.  Kinds: ``lower_each`` (lower than every compared meth
 contradicted if higher than one), ``comparable`` (against ``threshold`` x the best compared
 mean), ``at_most`` (every seed <= threshold), ``ablation_lowest`` (native vs every other
 one-step objective, plus a "most benchmarks" line), ``bench_lower_each`` (timing/memory:
-only from one side-by-side benchmark record of ``pcgbench.benchrecords`` or from GPU run
+only from one side-by-side benchmark record of ``pcgbench.results.benchmarks`` or from GPU run
 records, naming device and load; never from CPU run records), ``study`` / ``not_measured``.
 """
 
@@ -28,8 +28,8 @@ from importlib.resources import files
 from typing import Any
 
 from pcgbench.leaderboard.tables import is_ok
-from pcgbench.record import RunRecord, as_records
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.results.record import RunRecord, as_records
 
 MIN_SEEDS = 3
 ALPHA = 0.05
@@ -254,7 +254,7 @@ def bench_columns(bench: list[dict], task: str, preset: str, device: str, metric
 def timing_line(claim: Claim, task: str, preset: str, device: str, method: str,
                 records: list[RunRecord], bench: list[dict]) -> tuple[str, str, str]:
     """(ours, verdict, data) of a ``bench_lower_each`` claim on one task."""
-    from pcgbench.benchrecords import describe_load
+    from pcgbench.environment import describe_load
 
     metric = claim.metrics[0]
     cols = against(claim)

@@ -3,12 +3,12 @@ time it would take at the s/update recorded for the same cell), many extra timed
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 
 from pcgbench.plan import RunPlan
-from pcgbench.storage import results_dir as default_results_dir
+from pcgbench.results.files import results_dir as default_results_dir
+from pcgbench.results.store import cell_records
 
 #: warn before a fit with this many times the preset's default updates
 BUDGET_RATIO_WARNING = 100
@@ -20,13 +20,9 @@ def recorded_seconds_per_update(task: str, preset: str, method: str,
                                 results: str | None) -> float | None:
     """The median training s/update recorded for (task, preset, method) in the results
     directory (None where none is recorded)."""
-    folder = default_results_dir(results) / "records" / task / preset / method
     values = []
-    for p in sorted(folder.glob("*.json"))[:50] if folder.is_dir() else ():
-        try:
-            v = (json.loads(p.read_text()).get("training") or {}).get("seconds_per_update")
-        except (OSError, ValueError, AttributeError):
-            continue
+    for rec in cell_records(default_results_dir(results), task, preset, method, limit=50):
+        v = rec.training.get("seconds_per_update")
         if isinstance(v, int | float) and math.isfinite(v) and v > 0:
             values.append(float(v))
     return statistics.median(values) if values else None

@@ -22,7 +22,7 @@ from pcgbench.errors import DataNotGenerated, PcgError
 from pcgbench.fields import SPLITS, FieldData, TaskSpec
 from pcgbench.log import generating, logger
 from pcgbench.presets import data_preset
-from pcgbench.storage import atomic_write, config_hash, data_dir
+from pcgbench.results.files import atomic_write, config_hash, data_dir
 
 CACHE_VERSION = 1
 
@@ -147,7 +147,7 @@ def load_or_generate(task: CachedTask, split: str) -> FieldData:
     split once: the others wait, then read it."""
     from filelock import FileLock
 
-    from pcgbench.storage import ensure_writable, remove_orphan_temps
+    from pcgbench.results.files import ensure_writable, remove_orphan_temps
 
     path = cache_path(task, split)
     if path.exists() and not os.access(path.parent, os.W_OK):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -94,3 +96,52 @@ def device_description(device: torch.device) -> str:
 
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# -- the machine load every measurement carries ----------------------------------
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS does not report one)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return None
+
+
+def machine_load() -> dict[str, Any]:
+    """{"load1": 1-minute load average, "cpus": logical CPU count} now."""
+    return {"load1": load_average(), "cpus": os.cpu_count()}
+
+
+def _points(load: Any) -> list[tuple[float, int]]:
+    """Every (load1, cpus) of a load block, however nested (start/end, fit/sample)."""
+    out = []
+    stack: list[Any] = [load]
+    while stack:
+        d = stack.pop()
+        if not isinstance(d, dict):
+            continue
+        if "load1" in d:
+            lo, c = d.get("load1"), d.get("cpus")
+            if isinstance(lo, int | float) and isinstance(c, int):
+                out.append((float(lo), c))
+        else:
+            stack.extend(d.values())
+    return out
+
+
+def was_loaded(load: dict[str, Any] | None) -> bool | None:
+    """Whether a load block ({"start"/"end": machine_load(), or phases of them}) saw a
+    1-minute load average above the CPU count (None: not recorded)."""
+    points = _points(load)
+    return any(lo > c for lo, c in points) if points else None
+
+
+def describe_load(load: dict[str, Any] | None) -> str:
+    """E.g. "1-min load 2.4-3.1 on 2 CPUs: LOADED (load > CPUs)", or "load not recorded"."""
+    points = _points(load)
+    if not points:
+        return "load not recorded"
+    loads = [lo for lo, _ in points]
+    loaded = any(lo > c for lo, c in points)
+    return (f"1-min load {min(loads):.2g}-{max(loads):.2g} on {max(c for _, c in points)} "
+            "CPUs: " + ("LOADED (load > CPUs)" if loaded else "not loaded"))

@@ -15,12 +15,12 @@ import torch
 from pcgbench.errors import PcgError
 from pcgbench.fitting import Fitted
 from pcgbench.log import logger
-from pcgbench.measure import Sampled, sample_untimed, save_samples
+from pcgbench.measure import Sampled, sample_generator, sample_untimed, save_samples
 from pcgbench.method import FitStats, Method
 from pcgbench.metric import MetricContext
 from pcgbench.plan import RunOptions, RunPlan
-from pcgbench.record import within_bounds
 from pcgbench.registry import METRICS
+from pcgbench.results.record import within_bounds
 from pcgbench.task import Task
 
 
@@ -197,7 +197,7 @@ def diagnostic_samples(method: Method, task: Task, test: Any, opts: RunOptions,
     for name, over in type(method).diagnostic_sampling.items():
         method.config = config.replace(**over)
         try:
-            gen = torch.Generator(device="cpu").manual_seed(10_000 + opts.seed)
+            gen = sample_generator(opts.seed)
             method.nfe.reset()
             samples, n_batches = sample_untimed(method, test, opts.sample_batch, gen, device)
             nfe = method.nfe.count / n_batches

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from pcgbench.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from pcgbench.results.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 
 
 @dataclass

@@ -13,21 +13,13 @@ from typing import Any
 
 import torch
 
-from pcgbench.checkpoints import check_state, load_checkpoint, save_checkpoint
 from pcgbench.errors import PcgError
 from pcgbench.guard import deadline_check, guarded
 from pcgbench.log import logger
 from pcgbench.method import FitStats, Method, RunContext
-from pcgbench.plan import (
-    RunOptions,
-    RunPlan,
-    build_method,
-    result_paths,
-    run_key,
-    seed_everything,
-)
-from pcgbench.storage import ensure_writable
-from pcgbench.storage import results_dir as default_results_dir
+from pcgbench.plan import RunOptions, RunPlan, resolve, seed_everything
+from pcgbench.results.checkpoints import check_state, load_checkpoint, save_checkpoint
+from pcgbench.results.files import ensure_writable
 from pcgbench.task import Task
 from pcgbench.timing import peak_memory_mb, reset_peak_memory
 
@@ -118,7 +110,9 @@ def fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
 
 def partial_checkpoint(ckpt: Path) -> Path:
     """Where a fit that will be saved at ``ckpt`` keeps its resumable partial state."""
-    return ckpt.with_name(ckpt.stem + ".partial.pt")
+    from pcgbench.results.layout import partial_checkpoint_path
+
+    return partial_checkpoint_path(ckpt)
 
 
 def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.device) -> Method:
@@ -128,12 +122,11 @@ def load_or_fit(task: Task, method_name: str, ctx: RunContext, device: torch.dev
                       results_dir=ctx.results_dir, data_dir=ctx.data_dir,
                       progress=ctx.progress, data_file=None if task.data_file is None
                       else str(task.data_file))
-    seed_everything(ctx.seed)  # as in run(): network init depends on the seed
-    method = build_method(task, opts, device)
+    plan = resolve(opts, task=task, device=device)  # seeds, builds: as a run of its own
+    method = plan.method
     method.context = ctx
-    _, ckpt = result_paths(ensure_writable(default_results_dir(ctx.results_dir)),
-                           run_key(task, method, opts, device), None, method.config)
-    method, _, _ = fit_or_load(method, task, ckpt, opts, device)
+    ensure_writable(plan.root)
+    method, _, _ = fit_or_load(method, task, plan.checkpoint, opts, device)
     return method
 
 
@@ -175,7 +168,7 @@ def fit(plan: RunPlan) -> Fitted:
     """The fit stage of ``plan``: its method fitted, or loaded from its verified checkpoint,
     with the fit's peak memory and the machine's load before and after.  A diverged fit
     raises :class:`~pcgbench.errors.TrainingDiverged`."""
-    from pcgbench.benchrecords import machine_load
+    from pcgbench.environment import machine_load
 
     reset_peak_memory(plan.device)
     start = machine_load()

@@ -18,7 +18,8 @@ from pcgbench.guard import guarded
 from pcgbench.log import logger
 from pcgbench.method import Method
 from pcgbench.plan import RunOptions, RunPlan
-from pcgbench.storage import atomic_write
+from pcgbench.results.files import atomic_write
+from pcgbench.results.layout import samples_path
 from pcgbench.task import Task
 from pcgbench.timing import peak_memory_mb, reset_peak_memory, synchronize
 
@@ -68,7 +69,7 @@ class Sampled:
 def measure(plan: RunPlan, method: Method) -> Sampled:
     """The measurement stage: :func:`sample_and_time` over the test split of ``plan`` with
     the machine's load read before and after."""
-    from pcgbench.benchrecords import machine_load
+    from pcgbench.environment import machine_load
 
     test = plan.task.dataset("test")
     logger.info("%s: sampling %d test conditions (batches of %d)", plan.where, len(test),
@@ -77,6 +78,16 @@ def measure(plan: RunPlan, method: Method) -> Sampled:
     sampled = sample_and_time(method, plan.task, test, plan.options, plan.device)
     sampled.load = {"start": start, "end": machine_load()}
     return sampled
+
+
+#: the offset of a run's sampling seed from its training seed
+SAMPLE_SEED_OFFSET = 10_000
+
+
+def sample_generator(seed: int) -> torch.Generator:
+    """The run's sampling generator (CPU; seed ``SAMPLE_SEED_OFFSET + seed``): the test
+    split's samples and every diagnostic sampler draw from the same stream."""
+    return torch.Generator(device="cpu").manual_seed(SAMPLE_SEED_OFFSET + seed)
 
 
 def sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
@@ -89,7 +100,7 @@ def sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
     test = task.dataset("test")
     n = len(test)
     batch = min(opts.sample_batch, n)
-    gen = torch.Generator(device="cpu").manual_seed(10_000 + opts.seed)
+    gen = sample_generator(opts.seed)
     # progress: one tick per counted network call (the samplers' steps), over every batch
     full = (n - batch) // batch  # full-size production batches after the first
     n_batches = -(-n // batch) + max(0, opts.timing_repeats - full)
@@ -211,7 +222,7 @@ def save_samples(record_path: Path, samples: torch.Tensor, reference: torch.Tens
     n = min(int(n), len(samples))
     if n <= 0:
         return None
-    out = record_path.with_suffix(".samples.h5")
+    out = samples_path(record_path)
     write_samples_file(out, samples[:n], reference[:n], None if cond is None else cond[:n])
     return str(out)
 

@@ -33,14 +33,17 @@ from pcgbench.guard import guarded
 from pcgbench.method import Method, RunContext, method_lineage
 from pcgbench.paper.protocol import protocol_for, protocol_overrides
 from pcgbench.presets import check_preset
-from pcgbench.record import SCHEMA_VERSION
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.storage import config_hash
-from pcgbench.storage import results_dir as default_results_dir
+from pcgbench.results import layout
+from pcgbench.results.files import results_dir as default_results_dir
+from pcgbench.results.identity import (
+    fit_key,
+    record_extra,
+    run_key,
+)
 from pcgbench.task import Task
 
 #: the schema version every run key carries (``record_version``)
-RECORD_VERSION = SCHEMA_VERSION
 #: the sampling batch size of the default column (``--batch-size``)
 DEFAULT_SAMPLE_BATCH = 64
 #: what a ``--tag`` may hold: it is printed in markdown, LaTeX, CSV and on terminals
@@ -286,78 +289,6 @@ def _planned(task: Task, opts: RunOptions, method_cls: type[Method], config: Any
         return MethodIdentity(method_cls.name, config, method_cls.version)
 
 
-def code_versions(task: Task, method: Method | MethodIdentity | None = None) -> dict[str, int]:
-    """The nonzero code versions a result depends on: the task's (``version``,
-    ``data_version``), the method's and that of the pretrained method it builds on.
-    Zeros are left out so results from before versioning keep their identity."""
-    versions = {"task": task.version, "data": task.data_version}
-    if method is not None:
-        versions["method"] = method.version
-        pretrained = method.pretrained_name()
-        if pretrained is not None:
-            versions[f"pretrained:{pretrained}"] = METHODS.get(pretrained).version
-    return {k: v for k, v in versions.items() if v}
-
-
-def with_versions(key: dict[str, Any], versions: dict[str, int]) -> dict[str, Any]:
-    """``key`` with its ``code_versions`` (left out when there are none)."""
-    return {**key, "code_versions": versions} if versions else key
-
-
-def run_key(task: Task, method: Method | MethodIdentity, opts: RunOptions,
-            device: torch.device | None = None) -> dict[str, Any]:
-    """What a fitted model is: task parameters, data source (a ``--data-file`` by the
-    SHA-256 of its contents, :func:`pcgbench.dataguard.data_digest`), method config, seed,
-    preset, the kind of device it trained on and the code versions (the checkpoint's
-    identity)."""
-    from pcgbench.dataguard import data_digest
-
-    return with_versions({
-        "task": task.name,
-        "task_params": task.params_dict(),
-        "data_file": data_digest(task),
-        "method": method.name,
-        "config": to_dict(method.config),
-        "seed": opts.seed,
-        "preset": opts.preset,
-        "device_kind": (device or torch.device("cpu")).type,
-        "record_version": RECORD_VERSION,
-    }, code_versions(task, method))
-
-
-def fit_key(key: dict[str, Any], config: Any) -> dict[str, Any]:
-    """The checkpoint's identity: the run key without the config's ``sampling_only``
-    fields (a sampler-only change reuses the fitted model)."""
-    skip = getattr(type(config), "sampling_only", frozenset())
-    if not skip:
-        return key
-    return {**key, "config": {k: v for k, v in key["config"].items() if k not in skip}}
-
-
-def result_paths(root: Path, key: dict[str, Any], record_extra: dict[str, Any] | None = None,
-                 config: Any = None) -> tuple[Path, Path]:
-    """(record path, checkpoint path).  The checkpoint is named by the fit's identity
-    (``key`` without the config's sampling-only fields); the record by the whole key and
-    ``record_extra`` (sampling settings such as the batch size), so a run with another
-    batch size or Euler step count is a new record reusing the checkpoint."""
-    sub = Path(key["task"]) / key["preset"] / key["method"]
-    ck = sub / f"seed{key['seed']}-{config_hash(fit_key(key, config))}"
-    rk = sub / f"seed{key['seed']}-{config_hash({**key, **(record_extra or {})})}"
-    records, ckpts = root / "records", root / "checkpoints"
-    return records / rk.with_suffix(".json"), ckpts / ck.with_suffix(".pt")
-
-
-def identity_name(path: Path | str) -> str:
-    """``<task>/<preset>/<method>/<file>`` of a record or checkpoint path in the results
-    layout (:func:`result_paths`): the same name in any results dir or published set."""
-    return "/".join(Path(path).parts[-4:])
-
-
-def record_extra(opts: RunOptions) -> dict[str, Any]:
-    """The sampling settings a record's identity adds to the run key."""
-    return {"sample_batch": opts.sample_batch, "tag": opts.tag}
-
-
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
@@ -467,7 +398,8 @@ def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = Non
     root = default_results_dir(opts.results_dir)
     key = run_key(task, method, opts, dev)
     extra = record_extra(opts)
-    path, ckpt = result_paths(root, key, extra, method.config)
+    path = layout.record_path(root, key, extra)
+    ckpt = layout.checkpoint_path(root, fit_key(key, method.config))
     entry = protocol_for(task.name, method_cls)
     protocol = {**entry.as_record(), "applied": bool(layers.protocol),
                 "overridden": sorted(set(opts.overrides) & set(entry.settings))}

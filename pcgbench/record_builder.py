@@ -1,11 +1,10 @@
 """Run records out: the one place a record is built (from a plan and what its stages
 returned), checked, sealed and written, and read back for reuse.  The schema both sides
-share is :class:`pcgbench.record.RunRecord`'s; the metric-bounds tolerance is
-:func:`pcgbench.record.within_bounds`."""
+share is :class:`pcgbench.results.record.RunRecord`'s; the metric-bounds tolerance is
+:func:`pcgbench.results.record.within_bounds`."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -19,25 +18,18 @@ from pcgbench.fitting import Fitted
 from pcgbench.guard import deadline_check
 from pcgbench.measure import Sampled
 from pcgbench.network import parameter_count
-from pcgbench.plan import (
-    RECORD_VERSION,
-    RunOptions,
-    RunPlan,
-    code_versions,
-    data_label,
-    result_paths,
-    with_versions,
-)
-from pcgbench.record import RecordError, RunRecord, seal_record
+from pcgbench.plan import RunOptions, RunPlan, data_label
 from pcgbench.registry import METRICS
-from pcgbench.storage import (
-    atomic_write_json,
+from pcgbench.results import layout, store
+from pcgbench.results.files import (
     config_hash,
     ensure_writable,
     make_dir,
-    remove_orphan_temps,
 )
-from pcgbench.storage import results_dir as default_results_dir
+from pcgbench.results.files import results_dir as default_results_dir
+from pcgbench.results.identity import reference_key
+from pcgbench.results.record import RunRecord
+from pcgbench.results.store import read_record
 from pcgbench.task import Task
 from pcgbench.timing import median_after_warmup
 
@@ -148,48 +140,21 @@ def json_safe(x: Any) -> Any:
 
 def write_record(path: Path, record: dict[str, Any]) -> RunRecord:
     """Write a run record atomically with its content digest (``digest``,
-    :func:`pcgbench.record.record_digest`); metrics outside their declared ``bounds``
-    and ill-typed fields (:func:`pcgbench.record.record_problem`) are refused.  Returns the
+    :func:`pcgbench.results.record.record_digest`); metrics outside their declared ``bounds``
+    and ill-typed fields (:func:`pcgbench.results.record.record_problem`) are refused.  Returns the
     record as written."""
     deadline_check()  # a --max-minutes that passed (and was swallowed) writes no record
     record = json_safe(record)
     for name, value in (record.get("metrics") or {}).items():
         if name in METRICS and isinstance(value, int | float):
             metric_value(name, value)
-    written = RunRecord.from_json(seal_record(record), str(path))
-    atomic_write_json(path, written.to_json())
-    return written
-
-
-def read_record(path: Path) -> RunRecord | None:
-    """The stored record, or None when there is none or it is unreadable (a corrupt,
-    unsealed or ill-typed record does not block a rerun; it is replaced, with a warning).
-    A record written by a newer pcgbench is refused (one line), never overwritten."""
-    from pcgbench.record import NEWER, record_integrity
-
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-        if not isinstance(record, dict) or "metrics" not in record:
-            raise ValueError("not a run record")
-        problem = record_integrity(record)
-        if problem is not None and NEWER in problem:
-            raise PcgError(f"run record {path}: {problem}; it is left as it is")
-        if problem is not None:
-            raise ValueError(problem)
-        return RunRecord.from_json(record, str(path))
-    except (OSError, ValueError, RecordError) as exc:
-        import warnings
-
-        warnings.warn(f"run record {path} is unreadable ({exc}); rerunning", stacklevel=2)
-        return None
+    return store.write_record(path, record)
 
 
 def open_record(plan: RunPlan) -> Path:
     """The record's folder made (the results directory checked writable, temp files of
     interrupted writes removed); returns the record's path."""
-    remove_orphan_temps(ensure_writable(plan.root))
+    layout.remove_interrupted_writes(ensure_writable(plan.root))
     make_dir(plan.record_path.parent)
     return plan.record_path
 
@@ -204,22 +169,6 @@ def prepare_data(plan: RunPlan) -> Clock:
     data_reference_record(plan.task, plan.options)
     sanity_records(plan.task, plan.options)
     return clock
-
-
-def _reference_key(task: Task, opts: RunOptions, method: str,
-                   extra_versions: dict[str, int] | None = None) -> dict[str, Any]:
-    """The identity of a reference record (the ``data`` floor or a sanity row): task
-    parameters, data identity, preset, the reference's code version (+ ``extra_versions``)."""
-    from pcgbench.dataguard import data_digest
-
-    key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
-           "method": method, "config": {}, "seed": 0, "preset": opts.preset,
-           "record_version": RECORD_VERSION}
-    versions = code_versions(task)
-    if task.reference_version():
-        versions["reference"] = task.reference_version()
-    versions.update(extra_versions or {})
-    return with_versions(key, versions)
 
 
 def _current(path: Path, task: Task, opts: RunOptions) -> bool:
@@ -240,8 +189,8 @@ def sanity_records(task: Task, opts: RunOptions) -> list[Path]:
     root = ensure_writable(default_results_dir(opts.results_dir))
     paths = []
     for name, fake in FAKES.items():
-        key = _reference_key(task, opts, name, {"sanity": SANITY_VERSION})
-        path, _ = result_paths(root, key)
+        key = reference_key(task, opts.preset, name, {"sanity": SANITY_VERSION})
+        path = layout.record_path(root, key)
         paths.append(path)
         if _current(path, task, opts):
             continue
@@ -291,8 +240,8 @@ def data_reference_record(task: Task, opts: RunOptions) -> Path:
     (:meth:`Task.data_reference`) against the test set; the reference floor every table
     needs.  Its identity carries the reference's code version (``reference``)."""
     root = ensure_writable(default_results_dir(opts.results_dir))
-    key = _reference_key(task, opts, "data")
-    path, _ = result_paths(root, key)
+    key = reference_key(task, opts.preset, "data")
+    path = layout.record_path(root, key)
     if _current(path, task, opts):
         return path
     try:

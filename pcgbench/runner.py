@@ -8,8 +8,8 @@ run record atomically (:mod:`pcgbench.record_builder`).  Records are the source 
 for every table; a run whose record exists is skipped unless ``force`` (free resume), and
 identical concurrent runs do the work once (a file lock on the record).
 
-The names below the imports are this package's public run API (scripts, plug-ins and
-tests import them from here).
+``__all__`` is the public run API (run, fit_only, RunOptions, record_path); scripts, plug-ins
+and tests import a stage's functions from the stage's own module.
 """
 
 from __future__ import annotations
@@ -19,53 +19,28 @@ from pathlib import Path
 
 from pcgbench.budget import warn_budget
 from pcgbench.errors import TrainingDiverged
-from pcgbench.evaluation import (  # noqa: F401 - the public run API
-    LOSS_GROWTH_LIMIT,
-    config_problem,
-    evaluate,
-    evaluate_run,
-    loss_growth,
-    metric_value,
-    reference_metrics,
-    run_status,
-)
-from pcgbench.fitting import (  # noqa: F401 - the public run API
-    Fitted,
-    check_fit_stats,
-    fit,
-    load_or_fit,
-    partial_checkpoint,
-    prepare,
-)
-from pcgbench.guard import RunTimeLimit, deadline_check, time_limit  # noqa: F401
-from pcgbench.measure import measure, sample_rows, write_samples_file  # noqa: F401
-from pcgbench.plan import (  # noqa: F401 - the public run API
-    RECORD_VERSION,
-    RunOptions,
-    RunPlan,
-    build_method,
-    build_task,
-    check_options,
-    default_config,
-    default_config_dict,
-    recipe_overrides,
-    record_path,
-    resolve,
-    run_key,
-    seed_everything,
-)
-from pcgbench.record import RunRecord
-from pcgbench.record_builder import (  # noqa: F401 - the public run API
+from pcgbench.evaluation import evaluate_run
+from pcgbench.fitting import Fitted, fit
+from pcgbench.guard import time_limit
+from pcgbench.measure import measure
+from pcgbench.plan import RunOptions, RunPlan, record_path, resolve
+from pcgbench.record_builder import (
     data_reference_record,
     failed_record,
     open_record,
     prepare_data,
-    read_record,
     run_record,
     sanity_records,
     write_record,
 )
-from pcgbench.storage import ensure_writable
+from pcgbench.results.files import ensure_writable
+from pcgbench.results.record import RunRecord
+from pcgbench.results.store import read_record
+
+#: the public run API: a run, a fit alone, its options and where its record goes; every
+#: stage is imported from its own module (:mod:`pcgbench.plan`, :mod:`pcgbench.fitting`,
+#: :mod:`pcgbench.measure`, :mod:`pcgbench.evaluation`, :mod:`pcgbench.record_builder`)
+__all__ = ["RunOptions", "fit_only", "record_path", "run"]
 
 
 def run(opts: RunOptions) -> tuple[RunRecord, Path, bool]:

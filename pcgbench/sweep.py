@@ -32,12 +32,12 @@ from pcgbench.errors import PcgError
 from pcgbench.plan import (
     RunOptions,
     build_task,
-    identity_name,
     method_config,
     record_path,
     resolve,
 )
 from pcgbench.registry import METHODS, TASKS, load_plugin
+from pcgbench.results.layout import identity_name
 
 EXECUTORS = ("local", "slurm", "debug")
 #: the sweep's process id, inherited by its jobs (a job in the same process is in-process)
@@ -275,7 +275,7 @@ def make_executor(eo: ExecutorOptions) -> Any:
 
     if eo.kind not in EXECUTORS:
         raise PcgError(f"unknown executor {eo.kind!r}; expected one of {', '.join(EXECUTORS)}")
-    from pcgbench.storage import ensure_writable
+    from pcgbench.results.files import ensure_writable
 
     ensure_writable(Path(eo.folder))  # job logs: a read-only --log-dir is one line
     try:

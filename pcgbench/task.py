@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 REFERENCE_SEED = 20261127
 #: test-sized training draws averaged into such a floor: WD pools the correlated pixel
 #: values of a few hundred fields, so one draw's WD varies up to 3x between draws
-#: (burgers at ``cpu``: 0.044-0.126 over five draws; docs/protocols.md)
+#: (burgers at ``cpu``: 0.044-0.126 over five draws; docs/evaluation.md "The floor's sample size")
 REFERENCE_DRAWS = 16
 
 #: what a preset's numbers are (the end of every provenance line)
@@ -297,14 +297,15 @@ class Task(ABC):
     #: or of the shared network (dotted ``backbone.*`` keys) that every method trained
     #: from scratch on this task takes instead (e.g. ``{"cpu": {"lr": 3e-4}}``,
     #: ``{"cpu": {"backbone.kind": "unet"}}``), measured with
-    #: benchmarks/backbone_convergence.py and documented in docs/protocols.md; ``--set``
+    #: benchmarks/backbone_convergence.py and documented in docs/running.md "The shared
+    #: backbone at `cpu`"; ``--set``
     #: still wins
     recipe_overrides: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     #: per method name, then per preset, config fields that this one method (and the
     #: methods registered as its subclasses, e.g. ``pmosfm_tuned`` of ``pmosfm``) takes on
     #: this task on top of ``recipe_overrides`` -- a measured stability fix, never a tuning
     #: for a better score (e.g. ``{"pmosfm": {"cpu": {"lr": 5e-4}}}``); printed under every
-    #: table of the task and documented in docs/protocols.md; ``--set`` still wins
+    #: table of the task and documented in its docs/tasks/ page; ``--set`` still wins
     method_overrides: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {}
     #: names of the axes of ``field_shape[1:]`` (figures label them: ``("t", "x")`` for a
     #: space-time field); None = ``("x", "y", "z")[:dims]`` (arrays indexed ``ij``)

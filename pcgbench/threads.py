@@ -3,7 +3,7 @@ whether idle OpenMP threads spin or sleep.
 
 On a machine shared with other jobs (a laptop with a browser open, a workstation, a
 SLURM node with a neighbour), OpenMP threads that spin while they wait for a busy core
-slow every parallel region down by an order of magnitude (measured: docs/protocols.md
+slow every parallel region down by an order of magnitude (measured: docs/running.md "Thread policy"
 "Thread policy").  The policies (``--threads-policy``, environment
 ``PCGBENCH_THREADS_POLICY``):
 
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 POLICIES = ("auto", "default", "passive", "one", "free")
-#: what ``auto`` means: chosen by benchmarks/thread_policy.py (docs/protocols.md)
+#: what ``auto`` means: chosen by benchmarks/thread_policy.py (docs/running.md "Thread policy")
 AUTO = "passive"
 ENV_POLICY = "PCGBENCH_THREADS_POLICY"
 _PASSIVE = ("passive", "free")

@@ -174,8 +174,28 @@ def _sampling_map_draws() -> Study:
         always=(TODAY_V4,), base=(("objective", "native"),))
 
 
+def _delta_law() -> Study:
+    """Issue 60's delta law for the finalist: today's default draws (delta = 0.1 (t - s))
+    against the same pair and share with the former law, delta / (t - s) ~ U(0.01, 0.1),
+    at the real ``cpu`` budget on seeds 0-2 (stage 2 of ``pmosfm_sampling_map`` kept the
+    default; its runner-up, the former default, differs in pair and share as well)."""
+    ln = {"time_pair": "logit_normal", "time_mean": 0.4, "time_std": 1.0,
+          "endpoint_share": 0.0}
+    return Study(
+        name="pmosfm_delta_law", method="pmosfm",
+        description=("PMosFM's native objective, issue 60: the delta law of the chosen "
+                     "draws, 0.1 (t - s) against U(0.01, 0.1) (t - s)"),
+        candidates=(Candidate(TODAY_V4, ()),
+                    Candidate("LN(0.4,1)|e0|U(0.01,0.1)",
+                              tuple({**ln, "delta_range": (0.01, 0.1)}.items()))),
+        tasks=("burgers", "kolmogorov", "darcy", "kf_generation"),
+        stages=(Stage("1", iterations=3000, seeds=(0, 1, 2)),),
+        always=(TODAY_V4,), base=(("objective", "native"),))
+
+
 STUDIES: dict[str, Callable[[], Study]] = {"pmosfm_time_draws": _native_time_draws,
-                                           "pmosfm_sampling_map": _sampling_map_draws}
+                                           "pmosfm_sampling_map": _sampling_map_draws,
+                                           "pmosfm_delta_law": _delta_law}
 
 
 def get_study(name: str) -> Study:
@@ -190,9 +210,10 @@ def get_study(name: str) -> Study:
 
 # -- where results live -------------------------------------------------------------
 def study_dir(study: Study, results_dir: str | None) -> Path:
-    from pcgbench.storage import results_dir as default_results_dir
+    from pcgbench.results.files import results_dir as default_results_dir
+    from pcgbench.results.layout import study_folder
 
-    return default_results_dir(results_dir) / "tune" / study.name
+    return study_folder(default_results_dir(results_dir), study.name)
 
 
 def _slug(name: str) -> str:
@@ -222,8 +243,8 @@ RESULT_VERSION = 1
 
 def seal_result(res: dict[str, Any]) -> dict[str, Any]:
     """A study result as written: ``schema``, ``version`` and a SHA-256 ``digest`` of the
-    rest (:func:`pcgbench.record.record_digest`, as a run record's)."""
-    from pcgbench.record import seal_record
+    rest (:func:`pcgbench.results.record.record_digest`, as a run record's)."""
+    from pcgbench.results.record import seal_record
 
     return seal_record({**res, "schema": RESULT_SCHEMA, "version": RESULT_VERSION})
 
@@ -233,7 +254,7 @@ def result_problem(res: Any) -> str | None:
     JSON object, another schema or a newer version, no digest or one that does not match
     (edited or damaged), or ill-typed fields (``status`` a string; ``ratios`` and
     ``sanity`` maps of finite positive numbers; ``seed`` an integer)."""
-    from pcgbench.record import record_digest
+    from pcgbench.results.record import record_digest
 
     if not isinstance(res, dict):
         return "not a JSON object"
@@ -281,8 +302,8 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     ``FLOOR_DRAWS`` seeded draws; cached per (task, preset, repeats) under ``root``."""
     from filelock import FileLock
 
-    from pcgbench.runner import evaluate
-    from pcgbench.storage import atomic_write_json
+    from pcgbench.evaluation import evaluate
+    from pcgbench.results.files import atomic_write_json
 
     v = val_version(task.name)
     path = root / "floors" / (f"{task.name}-{task.preset}-k{repeats}"
@@ -333,9 +354,9 @@ def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
     two draws, cached per (task, preset, repeats) under ``root``."""
     from filelock import FileLock
 
-    from pcgbench.runner import evaluate
+    from pcgbench.evaluation import evaluate
+    from pcgbench.results.files import atomic_write_json
     from pcgbench.sanity import FAKES, SANITY_SEED, STRUCTURE_FAKES, ratio_to_floor
-    from pcgbench.storage import atomic_write_json
 
     headline = task.headline
     v = val_version(task.name)
@@ -382,8 +403,10 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
     """Fit one candidate (the runner's checkpoint), score it on the val split, write its
     result file; an existing result is returned as is."""
     from pcgbench import environment
-    from pcgbench.runner import RunOptions, evaluate, fit_only, run_status, sample_rows
-    from pcgbench.storage import atomic_write_json
+    from pcgbench.evaluation import evaluate, run_status
+    from pcgbench.measure import sample_rows
+    from pcgbench.results.files import atomic_write_json
+    from pcgbench.runner import RunOptions, fit_only
 
     study = get_study(study_name)
     stage = next(s for s in study.stages if s.name == stage_name)
@@ -677,7 +700,7 @@ def plan_stage(study: Study, index: int, preset: str, results_dir: str | None,
 def write_summary(study: Study, index: int, preset: str, results_dir: str | None) -> str:
     """Render stage ``index``'s table and verdict, write them next to the results, and
     return the markdown."""
-    from pcgbench.storage import atomic_write
+    from pcgbench.results.files import atomic_write
 
     root = study_dir(study, results_dir)
     stage = study.stages[index]

@@ -111,7 +111,8 @@ class KFGenerationTask(Task):
             return KFGenerationParams(n=16, n_solver=48, n_traj=4, snaps_per_traj=8,
                                       n_traj_test=2)
         # cpu: the solver in float32 (1.6-2.2x faster, measured; the statistics of float64, see
-        # tests/test_kolmogorov.py::test_float32_solver_tracks_float64 and docs/protocols.md)
+        # tests/test_kolmogorov.py::test_float32_solver_tracks_float64 and docs/tasks/kolmogorov.md
+        # "Kolmogorov")
         return KFGenerationParams(solver_dtype="float32")
 
     def generation_work(self, params: KFGenerationParams) -> float:

@@ -14,6 +14,16 @@ import torch
 torch.set_num_threads(1)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true",
+                     help="the full set: the slow tests too (marker 'slow'; skipped by default)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--slow") and config.option.markexpr == "not slow":
+        config.option.markexpr = ""  # pyproject's addopts deselect them; --slow keeps them
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("pcgbench-home")

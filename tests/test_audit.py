@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from pcgbench.benchrecords import write_benchmark_record
 from pcgbench.cli import main
 from pcgbench.paper.audit import (
     MULTISTEP,
@@ -19,8 +18,9 @@ from pcgbench.paper.audit import (
     normalize_quote,
     regime_notes,
 )
-from pcgbench.record import seal_record
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.results.benchmarks import write_benchmark_record
+from pcgbench.results.record import seal_record
 
 PAPER = Path("/work/shared/paper/pmosfm_paper.tex")
 SEEDS = (0, 1, 2)
@@ -141,7 +141,7 @@ def test_timing_only_from_side_by_side_records_with_the_load(tmp_path):
     load = {"start": {"load1": 3.5, "cpus": 2}, "end": {"load1": 3.9, "cpus": 2}}
     write_benchmark_record(tmp_path, "inference_speed", "burgers", "cpu", torch.device("cpu"),
                            "seconds_per_sample", values, {m: m for m in values}, load, {})
-    from pcgbench.benchrecords import load_benchmark_records
+    from pcgbench.results.benchmarks import load_benchmark_records
 
     bench = load_benchmark_records(tmp_path)
     ours, verdict, data = judge(claim, "burgers", "cpu", "cpu", [], bench)
@@ -234,7 +234,7 @@ def test_two_metrics_written_in_the_same_second_are_two_records(tmp_path):
     second must not replace the first (it did: one file name per second and process)."""
     import torch
 
-    from pcgbench.benchrecords import load_benchmark_records
+    from pcgbench.results.benchmarks import load_benchmark_records
 
     for metric in ("seconds_per_update", "peak_mb"):
         write_benchmark_record(tmp_path, "training_cost", "darcy", "cpu", torch.device("cpu"),

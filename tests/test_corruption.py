@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from pcgbench.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pcgbench.cli import main
 from pcgbench.leaderboard.sanity import REFERENCE_COLUMNS
 from pcgbench.method import FitStats
-from pcgbench.storage import seal_record
+from pcgbench.results.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from pcgbench.results.record import seal_record
 
 RUN = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--quiet"]
 
@@ -121,7 +121,7 @@ def test_leaderboard_skips_and_names_bad_records(dirs, capsys):
 
 
 def test_killed_write_leaves_no_record_that_loads(dirs, monkeypatch, capsys):
-    import pcgbench.storage as storage
+    import pcgbench.results.files as storage
 
     real = storage.json.dump
 
@@ -138,7 +138,7 @@ def test_killed_write_leaves_no_record_that_loads(dirs, monkeypatch, capsys):
 
 
 def test_orphan_temp_files_are_cleaned(dirs):
-    from pcgbench.storage import remove_orphan_temps
+    from pcgbench.results.layout import remove_interrupted_writes
 
     root = dirs / "results"
     old = root / "records" / "x" / ".r.json.abc.tmp"
@@ -147,7 +147,7 @@ def test_orphan_temp_files_are_cleaned(dirs):
     old.write_text("{")
     new.write_text("{")
     os.utime(old, (0, 0))
-    assert remove_orphan_temps(root) == 1
+    assert remove_interrupted_writes(root) == 1
     assert not old.exists() and new.exists()
 
 

@@ -21,11 +21,13 @@ import os
 import pytest
 import torch
 
-from pcgbench.checkpoints import load_checkpoint, save_checkpoint
 from pcgbench.config import apply_overrides
+from pcgbench.fitting import prepare
 from pcgbench.method import FitStats
+from pcgbench.plan import seed_everything
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import RunOptions, prepare, run, seed_everything
+from pcgbench.results.checkpoints import load_checkpoint, save_checkpoint
+from pcgbench.runner import RunOptions, run
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(),

@@ -1,7 +1,8 @@
 """The ``data`` column's reference has the generated sample's size where the val split is
 a draw of the training distribution with fewer rows than the test split
 (``Task.reference_from_train``): a smaller reference carries more sampling noise than a
-method's samples and flatters every ratio to the floor (docs/protocols.md)."""
+method's samples and flatters every ratio to the floor (docs/evaluation.md "The floor's sample
+size")."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import statistics
 import pytest
 import torch
 
+from pcgbench.evaluation import reference_metrics
 from pcgbench.leaderboard.tables import stale_reason
 from pcgbench.metrics.distribution import wasserstein1
+from pcgbench.record_builder import data_reference_record
 from pcgbench.registry import TASKS
-from pcgbench.runner import RunOptions, data_reference_record, reference_metrics
+from pcgbench.runner import RunOptions
 from pcgbench.task import REFERENCE_DRAWS
 
 FLAGGED = sorted(n for n in TASKS.names() if TASKS.get(n).reference_from_train)

@@ -16,6 +16,7 @@ import torch
 
 import pcgbench.methods  # noqa: F401 - registers the methods
 from pcgbench.errors import PcgError
+from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods.ffm import (
     FFM,
@@ -26,7 +27,6 @@ from pcgbench.methods.ffm import (
 )
 from pcgbench.methods.fm_ot import FMOT
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import prepare
 from pcgbench.sanity import SANITY_ROWS
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 

@@ -157,7 +157,7 @@ def test_paper_rows_are_found():
 
 def test_advno_needs_a_condition_and_forecasts_in_one_call(fc, data_dir):
     from pcgbench.config import apply_overrides
-    from pcgbench.runner import prepare
+    from pcgbench.fitting import prepare
 
     kfg = TASKS.get("kf_generation")("smoke", data_dir=data_dir, progress=False)
     reason = METHODS.get("advno").unsupported_reason(kfg)

@@ -121,8 +121,10 @@ def test_code_versions_cover_task_data_and_the_pretrained_backbone(monkeypatch):
 
     from pcgbench.datacache import cache_path
     from pcgbench.leaderboard.tables import is_ok, stale_reason
+    from pcgbench.plan import build_method, build_task
     from pcgbench.registry import METHODS, TASKS
-    from pcgbench.runner import RunOptions, build_method, build_task, run_key
+    from pcgbench.results.identity import run_key
+    from pcgbench.runner import RunOptions
 
     for cls in (METHODS.get("fm_ot"), METHODS.get("pcfm"), TASKS.get("burgers")):
         monkeypatch.setattr(cls, "version", 0)  # start from version 0

@@ -94,7 +94,8 @@ def test_06_a_deadline_inside_a_cache_read_is_the_time_limit(dirs, monkeypatch, 
 
 
 def test_06_a_swallowed_time_limit_still_stops_the_block():
-    from pcgbench.runner import RunTimeLimit, time_limit, write_record
+    from pcgbench.guard import RunTimeLimit, time_limit
+    from pcgbench.record_builder import write_record
 
     with pytest.raises(RunTimeLimit, match="passed --max-minutes"):
         with time_limit(0.001):

@@ -99,7 +99,7 @@ def test_float32_solver_tracks_float64():
     """The ``cpu`` data are solved in float32: from one state, float32 and float64 agree to
     round-off amplified by the flow over one time unit (measured 1.4e-6 at Re 100,
     7.3e-6 at Re 500, 6.1e-6 at Re 1000 on 64^2); later the chaotic trajectories
-    decorrelate and only their statistics compare (docs/protocols.md)."""
+    decorrelate and only their statistics compare (docs/tasks/kolmogorov.md "Kolmogorov")."""
     re = torch.tensor([100.0, 500.0, 1000.0])
     s64, s32 = KolmogorovSolver(64, re), KolmogorovSolver(64, re, dtype=torch.float32)
     w = s64.laminar() + s64.random_vorticity(3, np.random.default_rng(3))

@@ -203,7 +203,8 @@ def test_coverage_gap_row_is_labelled_as_a_gap() -> None:
 def test_a_calibrated_small_ensemble_covers_less_than_ninety_percent() -> None:
     """With E members (interpolated quantiles) a calibrated ensemble covers about
     0.9 (E - 1)/(E + 1): 0.72 at E = 8 (the `cpu` kf_reconstruction ensemble), so
-    coverage90 ~ 0.18 there is calibration, not a defect (docs/protocols.md)."""
+    coverage90 ~ 0.18 there is calibration, not a defect (docs/code_notes.md
+    "tasks/kf_reconstruction.py")."""
     from pcgbench.metrics.ensemble import central_interval
 
     g = torch.Generator().manual_seed(0)

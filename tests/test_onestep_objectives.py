@@ -71,7 +71,7 @@ def _native_host(task, net: ExactGaussianFlow) -> PMosFM:
 #: |alpha* - 1| allowed.  The targets of native L_PE, T^{s+delta,t}(r_s + delta w), and of
 #: SoFlow, T^{l,t}(r_s + (l - s) v), average over the random conditional velocity, so
 #: their fixed point is the exact map only up to O(delta) (Eq. app-semigradient-limit):
-#: measured alpha* = 0.92-0.94 for native at sigma = 2 (docs/protocols.md: the fixed
+#: measured alpha* = 0.92-0.94 for native at sigma = 2 (docs/methods/one_step_ablation.md: the fixed
 #: point keeps 0.96 of the amplitude at sigma = 1, 0.92 at sigma = 3), 0.96 for SoFlow
 #: at (l - s)/(t - s) = 0.1.  Drifting and W-Flow fields are batch estimates (noisier)
 TOLERANCE = {"native": 0.1, "soflow": 0.07, "drifting": 0.06, "wflow": 0.08}

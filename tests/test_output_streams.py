@@ -81,8 +81,8 @@ def test_many_tampered_records_are_named_up_to_ten_then_counted(tmp_path) -> Non
     import json
     import warnings
 
-    from pcgbench.leaderboard.records import NAMED_SKIPS, load_records
-    from pcgbench.record import seal_record
+    from pcgbench.results.record import seal_record
+    from pcgbench.results.store import NAMED_SKIPS, load_records
 
     folder = tmp_path / "records" / "burgers" / "cpu" / "fm_ot"
     folder.mkdir(parents=True)
@@ -102,8 +102,8 @@ def test_a_method_folder_named_like_a_json_file_is_no_junk(tmp_path) -> None:
     import json
     import warnings
 
-    from pcgbench.leaderboard.records import load_records
-    from pcgbench.record import seal_record
+    from pcgbench.results.record import seal_record
+    from pcgbench.results.store import load_records
 
     folder = tmp_path / "records" / "burgers" / "cpu" / "x.json"
     folder.mkdir(parents=True)
@@ -142,7 +142,7 @@ def test_a_complete_cache_on_a_read_only_mount_is_read(tmp_path, monkeypatch) ->
     real = os.access
     monkeypatch.setattr(datacache.os, "access",
                         lambda p, mode: False if str(p) == str(folder) else real(p, mode))
-    monkeypatch.setattr("pcgbench.storage.ensure_writable", lambda p: pytest.fail(
+    monkeypatch.setattr("pcgbench.results.files.ensure_writable", lambda p: pytest.fail(
         f"asked to write {p}"))
     again = TASKS.get("burgers")(preset="smoke", data_dir=tmp_path, progress=False)
     assert (again.dataset("train").x == first.x).all()

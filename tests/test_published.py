@@ -14,8 +14,8 @@ from conftest import cli
 
 from pcgbench.leaderboard import published as pub
 from pcgbench.leaderboard import published_page
-from pcgbench.record import seal_record
 from pcgbench.registry import METHODS
+from pcgbench.results.record import seal_record
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The typed run record (pcgbench/record.py): validation on the way in, the JSON object
+"""The typed run record (pcgbench/results/record.py): validation on the way in, the JSON object
 unchanged on the way out, the defaults every reader shares, and the runner and the
 leaderboard reader both handing out RunRecords."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from pcgbench.cli import main
 from pcgbench.leaderboard import load_records
-from pcgbench.record import SCHEMA_VERSION, RecordError, RunRecord, as_records
-from pcgbench.runner import RECORD_VERSION
+from pcgbench.results.identity import RECORD_VERSION
+from pcgbench.results.record import SCHEMA_VERSION, RecordError, RunRecord, as_records
 
 FULL = {"task": "burgers", "method": "fm_ot", "preset": "cpu", "seed": 2, "status": "ok",
         "variant": "iterations=5", "device_kind": "cuda", "metrics": {"wd": 0.3, "re": None},
@@ -70,7 +70,7 @@ def test_the_runner_and_the_reader_hand_out_run_records(tmp_path, capsys):
 def test_within_bounds_is_the_one_tolerance_of_writer_and_reader():
     import math
 
-    from pcgbench.record import within_bounds
+    from pcgbench.results.record import within_bounds
 
     assert within_bounds(1e300, (-math.inf, math.inf))  # no finite bound: tolerance 1e-9
     assert within_bounds(1.0 + 5e-10, (0.0, 1.0)) and not within_bounds(1.0 + 2e-9, (0.0, 1.0))

@@ -1,7 +1,7 @@
 """Issue 52, "Records" items 1-5: records without a digest, fields never type-checked, a
 newer layout read as the current one, bad samples files and junk in the records tree, and
 names that formatted the markdown table.  Records are written here (sealed with the
-project's own :func:`pcgbench.record.seal_record`, so only validation can refuse them);
+project's own :func:`pcgbench.results.record.seal_record`, so only validation can refuse them);
 nothing is fitted."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from pcgbench.cli import main
 from pcgbench.leaderboard import load_records
 from pcgbench.leaderboard.text import md_escape
-from pcgbench.record import RecordError, RunRecord, record_problem, seal_record
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.results.record import RecordError, RunRecord, record_problem, seal_record
 
 
 def _body(task: str = "burgers", method: str = "fm_ot", seed: int = 0,

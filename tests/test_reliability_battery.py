@@ -31,7 +31,7 @@ from pcgbench.errors import PcgError
 from pcgbench.methods.fm_ot import FMOT
 from pcgbench.metric import NONNEGATIVE, Metric
 from pcgbench.registry import METHODS, METRICS, TASKS
-from pcgbench.storage import seal_record
+from pcgbench.results.record import seal_record
 
 RUN = ["run", "--task", "burgers", "--method", "fm_ot", "--preset", "smoke", "--quiet"]
 KOL = ["run", "--task", "kolmogorov", "--method", "fm_ot", "--preset", "smoke", "--quiet",
@@ -397,7 +397,7 @@ def _fault(monkeypatch, where: str, suffix: str, code: int) -> None:
     """``os.replace`` into a file under ``where`` ending in ``suffix`` fails with ``code``
     (the last step of every atomic write; a full disk fails earlier, in the same guarded
     block)."""
-    import pcgbench.storage as storage
+    import pcgbench.results.files as storage
 
     real = os.replace
 

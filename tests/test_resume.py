@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from pcgbench.checkpoints import load_checkpoint
+from pcgbench.fitting import partial_checkpoint
 from pcgbench.method import RunContext
+from pcgbench.plan import seed_everything
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import partial_checkpoint, seed_everything
+from pcgbench.results.checkpoints import load_checkpoint
 from pcgbench.training import Resume
 
 #: updates of each test fit: partial checkpoints every 10, killed after update 19

@@ -10,8 +10,9 @@ import torch
 
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
+from pcgbench.plan import build_task
 from pcgbench.registry import METHODS
-from pcgbench.runner import RunOptions, build_task, run
+from pcgbench.runner import RunOptions, run
 
 _CALLS: list[int] = []
 

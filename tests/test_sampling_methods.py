@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import pcgbench.methods  # noqa: F401 - registers the methods
+from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods._sampling import (
     apply_projector,
@@ -20,7 +21,7 @@ from pcgbench.methods._sampling import (
 )
 from pcgbench.methods.cocogen import score_from_velocity
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import RunOptions, prepare, run
+from pcgbench.runner import RunOptions, run
 from pcgbench.task import Constraint
 
 N = 4

@@ -284,8 +284,8 @@ def test_the_sanity_rows_stand_beside_the_floor_in_every_format(tmp_path, monkey
     import json
 
     from pcgbench.cli import main
-    from pcgbench.record import seal_record
     from pcgbench.registry import TASKS
+    from pcgbench.results.record import seal_record
 
     root = tmp_path / "results"
     monkeypatch.setenv("PCGBENCH_RESULTS", str(root))

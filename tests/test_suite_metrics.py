@@ -275,8 +275,8 @@ def test_poseidon_option_errors(task, monkeypatch, tmp_path):
 def write_record(root: Path, task: str, method: str, seed: int, metrics: dict) -> None:
     path = root / "records" / task / "cpu" / method / f"seed{seed}-x.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    from pcgbench.record import seal_record
     from pcgbench.registry import METHODS
+    from pcgbench.results.record import seal_record
 
     versions = {"method": METHODS.get(method).version} if method in METHODS else {}
     path.write_text(json.dumps(seal_record({

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from pcgbench.cli import main
-from pcgbench.record import seal_record
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.results.record import seal_record
 
 
 def _record(root: Path, task: str, method: str, seed: int, metrics: dict, **extra) -> None:

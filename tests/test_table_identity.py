@@ -18,8 +18,8 @@ from pcgbench.leaderboard.tables import (
     summary_frame,
     table_notes,
 )
-from pcgbench.record import seal_record
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.results.record import seal_record
 
 
 def _rec(method="fm_ot", seed=0, device="cpu", task="burgers", wd=0.3, time=0.01,
@@ -192,7 +192,7 @@ def test_a_default_column_record_of_an_older_default_config_is_stale():
     method's default (darcy: PMosFM's warm-up) is stale, named with the field; a variant, a
     record lacking the field, and one equal to today's default are not."""
     from pcgbench.leaderboard.tables import is_ok, stale_reason
-    from pcgbench.runner import default_config_dict
+    from pcgbench.plan import default_config_dict
 
     now = default_config_dict("darcy", "pmosfm", "cpu")
     assert now is not None and now["warmup"] == 300

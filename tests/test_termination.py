@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from pcgbench import termination
-from pcgbench.checkpoints import load_checkpoint
+from pcgbench.results.checkpoints import load_checkpoint
 
 PLUGIN = str(Path(__file__).parent / "plugins" / "slow_phases.py")
 

@@ -41,6 +41,27 @@ def test_the_declared_study_is_the_issue_grid():
         tune.get_study("pmosfm_time_draw")
 
 
+@pytest.mark.parametrize("name", sorted(tune.STUDIES))
+def test_every_declared_candidate_is_a_valid_config_and_today_s_default_has_no_delta(name):
+    """Each candidate's overrides resolve to a checked config of the study's method on
+    each task (a typo fails here, not hours into a stage); a candidate without overrides
+    is the default column itself (its fits are the runner's)."""
+    from pcgbench.plan import RunOptions, method_config
+    from pcgbench.registry import TASKS
+
+    study = tune.get_study(name)
+    for task_name in study.tasks:
+        task = TASKS.get(task_name)(preset="smoke", progress=False)
+        _, default = method_config(task, RunOptions(task=task_name, method=study.method,
+                                                    preset="smoke"))
+        for cand in study.candidates:
+            overrides = {**dict(study.base), **cand.config}
+            _, config = method_config(task, RunOptions(
+                task=task_name, method=study.method, preset="smoke", overrides=overrides))
+            if not cand.config:
+                assert config == default, (name, cand.name)
+
+
 def test_a_job_scores_on_the_val_split_and_never_reads_test(dirs, tiny, monkeypatch):
     read: list[str] = []
     original = Task.dataset
@@ -159,11 +180,11 @@ def test_a_zero_val_floor_is_refused_naming_the_file(dirs, tiny, monkeypatch):
     from pcgbench.registry import TASKS
 
     real = tune.evaluate if hasattr(tune, "evaluate") else None
-    assert real is None  # the floor goes through the runner's evaluate
-    import pcgbench.runner as runner
+    assert real is None  # the floor goes through the evaluation stage's evaluate
+    import pcgbench.evaluation as evaluation
 
-    orig = runner.evaluate
-    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: {**orig(*a, **k),
+    orig = evaluation.evaluate
+    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: {**orig(*a, **k),
                                                              "structure": 0.0})
     task = TASKS.get("burgers")(preset="smoke", progress=False)
     with pytest.raises(PcgError, match="val floor of burgers has structure = 0.0"):

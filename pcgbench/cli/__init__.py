@@ -131,7 +131,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from pcgbench.log import configure
 
     configure(verbose=args.verbose, quiet=args.quiet)
-    from pcgbench.storage import storage_error
+    from pcgbench.results.files import storage_error
     from pcgbench.termination import EXIT_CODE, Terminated
 
     try:

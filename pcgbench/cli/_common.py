@@ -58,7 +58,7 @@ def table_records(args: argparse.Namespace, root, unsealed: bool = False) -> lis
     unless ``--no-published`` (a published record the user has measured is not read);
     with ``--published-only`` the published set's alone."""
     from pcgbench.leaderboard.published import combine, load_published
-    from pcgbench.leaderboard.records import load_records
+    from pcgbench.results.store import load_records
 
     if getattr(args, "published_only", False):
         return load_published(unsealed)

@@ -27,10 +27,10 @@ def add_parser(sub: typing.Any) -> None:
 def run(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from pcgbench.benchrecords import load_benchmark_records
     from pcgbench.paper.audit import RULE, audit_rows, regime_notes
     from pcgbench.presets import check_preset
-    from pcgbench.storage import results_dir
+    from pcgbench.results.benchmarks import load_benchmark_records
+    from pcgbench.results.files import results_dir
 
     check_preset(args.preset)
     root = results_dir(args.results)

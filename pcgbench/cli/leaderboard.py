@@ -47,7 +47,7 @@ def add_parser(sub: typing.Any) -> None:
 def run(args: argparse.Namespace) -> None:
     from pcgbench.leaderboard import failed_notes
     from pcgbench.leaderboard.text import latex_output
-    from pcgbench.storage import results_dir
+    from pcgbench.results.files import results_dir
 
     if args.standalone and args.format != "latex":
         raise PcgError("--standalone applies to --format latex only")

@@ -34,11 +34,12 @@ def run(args: argparse.Namespace) -> None:
 
     from pcgbench.errors import PcgError
     from pcgbench.leaderboard.published import published_root, relative_name
-    from pcgbench.leaderboard.records import load_records
     from pcgbench.leaderboard.sanity import is_reference
     from pcgbench.leaderboard.tables import is_ok
     from pcgbench.presets import check_preset
-    from pcgbench.storage import atomic_write, results_dir
+    from pcgbench.results.files import atomic_write, results_dir
+    from pcgbench.results.layout import in_records, records_root, samples_path
+    from pcgbench.results.store import load_records
 
     check_preset(args.preset)
     for t in args.task or ():
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
         lowest[cell] = min(lowest.get(cell, 1 << 30), int(rec.get("seed", 0)))
     for rec in chosen:
         rel = relative_name(rec)
-        target = dest / "records" / rel
+        target = in_records(dest, rel)
         # another identity of the same cell and seed (older code, another default) goes
         stale = [p for p in target.parent.glob(f"seed{rec.get('seed', 0)}-*.json")
                  if p.name != target.name]
@@ -79,16 +80,16 @@ def run(args: argparse.Namespace) -> None:
         atomic_write(target, lambda p, data=data: p.write_bytes(data))
         for p in stale:
             p.unlink()
-            p.with_suffix(".samples.h5").unlink(missing_ok=True)
+            samples_path(p).unlink(missing_ok=True)
         replaced += len(stale)
         if (args.samples > 0 and rec.samples_file and Path(rec.samples_file).is_file()
                 and int(rec.get("seed", 0)) == lowest[(rec.task, rec.get("preset"),
                                                        rec.method)]):
-            _ship_samples(Path(rec.samples_file), target.with_suffix(".samples.h5"),
+            _ship_samples(Path(rec.samples_file), samples_path(target),
                           args.samples)
             shipped += 1
     if not args.dry_run:
-        print(f"published {len(chosen)} record(s) to {dest / 'records'}"
+        print(f"published {len(chosen)} record(s) to {records_root(dest)}"
               + (f" ({replaced} older one(s) of the same cells removed)" if replaced else "")
               + (f"; the first {args.samples} samples of {shipped} cell(s) beside them"
                  if shipped else ""))

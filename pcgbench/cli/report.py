@@ -30,7 +30,7 @@ def add_parser(sub: typing.Any) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from pcgbench.leaderboard.report import build_report
-    from pcgbench.storage import ensure_writable, results_dir
+    from pcgbench.results.files import ensure_writable, results_dir
 
     if args.task is not None:
         TASKS.get(args.task)

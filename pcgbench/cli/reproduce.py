@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.errors import PcgError
     from pcgbench.leaderboard.published import cell_spread, provenance, relative_name
     from pcgbench.leaderboard.tables import is_ok, stale_reason
-    from pcgbench.plan import identity_name
     from pcgbench.presets import check_preset
+    from pcgbench.results.layout import identity_name
     from pcgbench.runner import RunOptions, record_path, run
 
     check_preset(args.preset)

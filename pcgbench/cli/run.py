@@ -10,7 +10,7 @@ from pcgbench.presets import PRESETS
 from pcgbench.registry import METHODS, TASKS
 
 if typing.TYPE_CHECKING:
-    from pcgbench.record import RunRecord
+    from pcgbench.results.record import RunRecord
     from pcgbench.runner import RunOptions
 
 

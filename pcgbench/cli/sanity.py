@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> None:
     from pcgbench.plan import RunOptions, build_task
     from pcgbench.presets import check_preset
     from pcgbench.record_builder import data_reference_record, sanity_records
-    from pcgbench.storage import results_dir
+    from pcgbench.results.files import results_dir
 
     check_preset(args.preset)
     tasks = args.task or [n for n in TASKS.names() if not TASKS.get(n).variant_of]

@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from pcgbench.presets import check_preset
-    from pcgbench.storage import ensure_writable, results_dir
+    from pcgbench.results.files import ensure_writable, results_dir
+    from pcgbench.results.layout import sweep_logs
     from pcgbench.sweep import ExecutorOptions, default_cpus_per_job, plan, sweep
 
     default_preset(args)
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     ensure_writable(root)
     eo = ExecutorOptions(kind=args.executor,
-                         folder=Path(args.log_dir) if args.log_dir else root / "sweep_logs",
+                         folder=Path(args.log_dir) if args.log_dir else sweep_logs(root),
                          max_parallel=args.max_parallel, timeout_min=args.timeout_min,
                          slurm_partition=args.slurm_partition, gpus_per_job=args.gpus_per_job,
                          cpus_per_job=cpus, threads_per_job=cpus)

@@ -37,8 +37,8 @@ def add_parser(sub: typing.Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pcgbench.presets import check_preset
-    from pcgbench.storage import ensure_writable
-    from pcgbench.storage import results_dir as default_results_dir
+    from pcgbench.results.files import ensure_writable
+    from pcgbench.results.files import results_dir as default_results_dir
     from pcgbench.sweep import (
         ExecutorOptions,
         Job,

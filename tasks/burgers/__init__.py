@@ -1,4 +1,4 @@
-"""1-D viscous Burgers trajectories (PMosFM paper, Appendix "Burgers"; docs/protocols.md).
+"""1-D viscous Burgers trajectories (PMosFM paper, Appendix "Burgers"; docs/tasks/burgers.md).
 
 ``u_t + u u_x = nu u_xx``, periodic unit interval, ``nu = 1e-3``, ``t in [0, 2]``; float32
 ``[N, 1, nt, nx]`` (time, space), ``t_i = 2 i/(nt-1)``, ``x_j = j/nx``.  Evaluator: the paper's

@@ -300,7 +300,7 @@ class DarcyTask(Task):
         round-off.  **Checks:** enough rows (one-line error naming the file), K > 0
         (``p`` and ``K`` swapped), matching row widths.  ``re`` on such files is the same
         finite-difference residual of the scored fields; PIDM's pressures solve PIDM's own
-        FD system (least squares), not this task's FV system (docs/protocols.md)."""
+        FD system (least squares), not this task's FV system (docs/tasks/darcy.md)."""
         import pandas as pd
 
         layout = self.external_layout(Path(path))

@@ -243,7 +243,8 @@ class KolmogorovTask(Task):
                 traj_val=1, snaps_val=2, traj_test=2, snaps_test=4,
             )
         # cpu: the solver in float32 (1.6-2.2x faster, measured; the statistics of float64, see
-        # tests/test_kolmogorov.py::test_float32_solver_tracks_float64 and docs/protocols.md)
+        # tests/test_kolmogorov.py::test_float32_solver_tracks_float64 and docs/tasks/kolmogorov.md
+        # "Kolmogorov")
         return KolmogorovParams(solver_dtype="float32")
 
     def generation_work(self, params: KolmogorovParams) -> float:

@@ -15,7 +15,8 @@ initial vorticities x forcing phases in ``[0, phi_max]``: train ``n_ic_train`` x
 **Evaluator** ``residual`` (metric ``re``): :func:`.solver.snapshot_residual` minus the forcing
 of the phase in ``[0, phi_max]`` closest in l2 (:func:`fit_forcing_phase`; given phases:
 :meth:`NavierStokesTask.residual_with_phase`).  **Presets:** ``paper`` 64^2, ``dt = 1e-3``,
-t = 0..49; ``cpu`` 32^2, ``dt = 1e-2``, t = 0..10; ``smoke`` 16^2.  Floors: docs/protocols.md.
+t = 0..49; ``cpu`` 32^2, ``dt = 1e-2``, t = 0..10; ``smoke`` 16^2.  Floors:
+docs/constrained_pde_suite.md "Navier–Stokes".
 """
 
 from __future__ import annotations

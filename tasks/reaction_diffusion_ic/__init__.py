@@ -14,7 +14,8 @@ ICs x ``n_bc_train`` flux pairs (IC-major); val / test: the first ``n_groups`` t
 Evaluator ``re``: :func:`~.solver.fisher_kpp_residual` [N, nt, nx - 2].  Chart ``ic_mass``
 (default): slices ``1..nt-1`` lifted by :class:`InitialSliceChart` (slice 0 = ``cond``),
 projected onto the mass balance by ``gn_iters`` Gauss-Newton steps (:class:`GaussNewtonChart`,
-tolerance ``gn_tolerance`` on ``||R_h||_2``).  Measured floors: docs/protocols.md.
+tolerance ``gn_tolerance`` on ``||R_h||_2``).  Measured floors: docs/constrained_pde_suite.md
+"Measured data floors".
 """
 
 from __future__ import annotations

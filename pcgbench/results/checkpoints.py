@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.storage import atomic_write
+from pcgbench.results.files import atomic_write
 
 FORMAT = 2
 

@@ -1,4 +1,5 @@
-"""Side-by-side measurements as records, and the machine load every measurement carries.
+"""Side-by-side measurements as records (the machine load each carries:
+:func:`pcgbench.environment.machine_load`).
 
 ``benchmarks/inference_speed.py`` and ``benchmarks/training_cost.py`` time several methods
 in ONE process (interleaved repeats, or consecutive configurations on the same data), so
@@ -29,55 +30,8 @@ from typing import Any
 import torch
 
 from pcgbench import environment
-from pcgbench.storage import atomic_write_json
-
-
-def load_average() -> float | None:
-    """The 1-minute load average (None where the OS does not report one)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        return None
-
-
-def machine_load() -> dict[str, Any]:
-    """{"load1": 1-minute load average, "cpus": logical CPU count} now."""
-    return {"load1": load_average(), "cpus": os.cpu_count()}
-
-
-def _points(load: Any) -> list[tuple[float, int]]:
-    """Every (load1, cpus) of a load block, however nested (start/end, fit/sample)."""
-    out = []
-    stack: list[Any] = [load]
-    while stack:
-        d = stack.pop()
-        if not isinstance(d, dict):
-            continue
-        if "load1" in d:
-            lo, c = d.get("load1"), d.get("cpus")
-            if isinstance(lo, int | float) and isinstance(c, int):
-                out.append((float(lo), c))
-        else:
-            stack.extend(d.values())
-    return out
-
-
-def was_loaded(load: dict[str, Any] | None) -> bool | None:
-    """Whether a load block ({"start"/"end": machine_load(), or phases of them}) saw a
-    1-minute load average above the CPU count (None: not recorded)."""
-    points = _points(load)
-    return any(lo > c for lo, c in points) if points else None
-
-
-def describe_load(load: dict[str, Any] | None) -> str:
-    """E.g. "1-min load 2.4-3.1 on 2 CPUs: LOADED (load > CPUs)", or "load not recorded"."""
-    points = _points(load)
-    if not points:
-        return "load not recorded"
-    loads = [lo for lo, _ in points]
-    loaded = any(lo > c for lo, c in points)
-    return (f"1-min load {min(loads):.2g}-{max(loads):.2g} on {max(c for _, c in points)} "
-            "CPUs: " + ("LOADED (load > CPUs)" if loaded else "not loaded"))
+from pcgbench.results import layout
+from pcgbench.results.files import atomic_write_json
 
 
 def write_benchmark_record(root: Path, kind: str, task: str, preset: str,
@@ -86,8 +40,7 @@ def write_benchmark_record(root: Path, kind: str, task: str, preset: str,
                            load: dict[str, Any], settings: dict[str, Any]) -> Path:
     """Write one side-by-side measurement (see the module docstring); returns its path."""
     stamp = environment.now().replace(":", "").replace("+", "p")
-    path = (root / "benchmarks" / kind / task / preset
-            / f"{stamp}-{metric}-{device.type}-{os.getpid()}.json")  # one file per metric
+    path = layout.benchmark_path(root, kind, task, preset, stamp, metric, device.type)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {
         "kind": kind, "task": task, "preset": preset, "device_kind": device.type,
@@ -102,7 +55,7 @@ def load_benchmark_records(root: Path) -> list[dict[str, Any]]:
     """Every benchmark record under ``root/benchmarks`` (unreadable ones skipped, named
     in a warning)."""
     out = []
-    for path in sorted((root / "benchmarks").rglob("*.json")):
+    for path in sorted(layout.benchmarks_root(root).rglob("*.json")):
         try:
             rec = json.loads(path.read_text())
         except (OSError, ValueError) as exc:

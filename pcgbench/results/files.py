@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from pcgbench.errors import PcgError
-from pcgbench.record import record_digest, seal_record  # noqa: F401 - re-exported
 
 
 def _expand(path: Path | str, what: str) -> Path:
@@ -147,9 +146,10 @@ def config_hash(obj: Any, length: int = 12) -> str:
 
 
 def remove_orphan_temps(root: Path, older_than: float = 3600.0,
-                        subdirs: tuple[str, ...] = ("records", "checkpoints")) -> int:
+                        subdirs: tuple[str, ...] = (".",)) -> int:
     """Delete temp files (``.name.XXXX.tmp``) that killed writes left under
-    ``root/<subdir>`` (``"."``: all of ``root``), older than ``older_than`` seconds
+    ``root/<subdir>`` (``"."``: all of ``root``; a results directory's folders:
+    :func:`pcgbench.results.layout.remove_interrupted_writes`), older than ``older_than`` seconds
     (younger ones may belong to a running write)."""
     import time
 
