@@ -164,3 +164,22 @@ def test_the_private_import_finder_finds_one(tmp_path):
     for folder in [*PACKAGES, "benchmarks"]:
         (tmp_path / folder).mkdir(exist_ok=True)
     assert private_imports(tmp_path) == ["pcgbench/a.py:1: from pcgbench.b import _hidden"]
+
+
+def test_no_source_or_shipped_file_is_git_ignored():
+    """A new source module or a published samples file under an ignore pattern would be
+    left out of every commit (``results/`` once matched ``pcgbench/results/``; ``*.h5``
+    the published samples): a clean clone would miss it."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = [str(p.relative_to(ROOT)) for p in modules().values()]
+    files += [str(p.relative_to(ROOT)) for p in (ROOT / "published").rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts]
+    out = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=ROOT,
+                         input="\n".join(files), capture_output=True, text=True)
+    assert out.stdout.split() == []

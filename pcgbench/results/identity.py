@@ -1,0 +1,139 @@
+"""What a result *is*: the keys a record or checkpoint is named by, and the code versions
+they carry -- each computed in one function here.
+
+* :func:`code_versions`: the nonzero code versions a result depends on (also what the
+  registered code is at today, for staleness);
+* :func:`run_key`: a fitted-and-sampled run (task params, data source by content, method
+  config, seed, preset, device kind, record layout, code versions);
+* :func:`fit_key`: the checkpoint's identity (the run key less sampling-only fields);
+* :func:`reference_key`: the ``data`` floor and the sanity rows;
+* :func:`stale_versions`: where a record's versions are behind today's code.
+
+Paths are :mod:`pcgbench.results.layout`'s (the hash of a key names the file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pcgbench.results.record import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import torch
+
+    from pcgbench.task import Task
+
+
+class RunOptions(Protocol):
+    """What identity reads of a run's options (:class:`pcgbench.plan.RunOptions`)."""
+
+    seed: int
+    preset: str
+    sample_batch: int
+    tag: str | None
+
+#: the record layout a key names (bumped with the record schema)
+RECORD_VERSION = SCHEMA_VERSION
+
+
+def code_versions(task: Any, method: Any = None, *, reference: bool = False,
+                  pretrained: Iterable[str] | None = None,
+                  extra: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The nonzero code versions a result depends on: the task's (``version``,
+    ``data_version``), its reference's (``reference``: the ``data`` floor and sanity rows),
+    the method's and those of the methods it builds on (``pretrained``: names; by default
+    the built method's :meth:`~pcgbench.method.Method.pretrained_name`; a name not
+    registered here is left out), and ``extra`` (the sanity rows' own).  ``task`` and
+    ``method`` are instances or registered classes.  Zeros are left out so results from
+    before versioning keep their identity."""
+    versions = {"task": task.version, "data": task.data_version}
+    if reference:
+        versions["reference"] = task.reference_version()
+    if method is not None:
+        versions["method"] = method.version
+        if pretrained is None and not isinstance(method, type):
+            pretrained = [n for n in [method.pretrained_name()] if n is not None]
+    versions.update(pretrained_versions(pretrained or ()))
+    versions.update(extra or {})
+    return {k: v for k, v in versions.items() if v}
+
+
+def pretrained_versions(names: Iterable[str]) -> dict[str, int]:
+    """``pretrained:<name>``: the version of each registered method named (others left
+    out: a plug-in not imported here)."""
+    from pcgbench.registry import METHODS
+
+    return {f"pretrained:{n}": base.version for n in names
+            if (base := METHODS.lookup(n)) is not None}
+
+
+def with_versions(key: dict[str, Any], versions: dict[str, int]) -> dict[str, Any]:
+    """``key`` with its ``code_versions`` (left out when there are none)."""
+    return {**key, "code_versions": versions} if versions else key
+
+
+def run_key(task: Task, method: Any, opts: RunOptions, device: torch.device | None = None
+            ) -> dict[str, Any]:
+    """What a fitted model is: task parameters, data source (a ``--data-file`` by the
+    SHA-256 of its contents, :func:`pcgbench.dataguard.data_digest`), method config, seed,
+    preset, the kind of device it trained on and the code versions."""
+    from pcgbench.config import to_dict
+    from pcgbench.dataguard import data_digest
+
+    return with_versions({
+        "task": task.name,
+        "task_params": task.params_dict(),
+        "data_file": data_digest(task),
+        "method": method.name,
+        "config": to_dict(method.config),
+        "seed": opts.seed,
+        "preset": opts.preset,
+        "device_kind": device.type if device is not None else "cpu",
+        "record_version": RECORD_VERSION,
+    }, code_versions(task, method))
+
+
+def fit_key(key: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The checkpoint's identity: the run key without the config's ``sampling_only``
+    fields (a sampler-only change reuses the fitted model)."""
+    skip = getattr(type(config), "sampling_only", frozenset())
+    if not skip:
+        return key
+    return {**key, "config": {k: v for k, v in key["config"].items() if k not in skip}}
+
+
+def record_extra(opts: RunOptions) -> dict[str, Any]:
+    """The sampling settings a record's identity adds to the run key."""
+    return {"sample_batch": opts.sample_batch, "tag": opts.tag}
+
+
+def reference_key(task: Task, preset: str, method: str,
+                  extra_versions: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The identity of a reference record (the ``data`` floor or a sanity row ``method``):
+    task parameters, data identity, preset, the reference's code version (+
+    ``extra_versions``)."""
+    from pcgbench.dataguard import data_digest
+
+    key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
+           "method": method, "config": {}, "seed": 0, "preset": preset,
+           "record_version": RECORD_VERSION}
+    return with_versions(key, code_versions(task, reference=True, extra=extra_versions))
+
+
+def stale_versions(have: Mapping[str, int], task: str, method: str,
+                   pretrained: str | None = None) -> list[str]:
+    """``name have < now`` for each code version a record of (``task``, ``method``) carries
+    below today's registered code (the ``data`` floor also on its reference's version);
+    unregistered tasks and methods (a plug-in not imported) count as current."""
+    from pcgbench.registry import METHODS, TASKS
+
+    now: dict[str, int] = {}
+    if (task_cls := TASKS.lookup(task)) is not None:
+        now.update(code_versions(task_cls, reference=method == "data"))
+    if (method_cls := METHODS.lookup(method)) is not None:
+        now["method"] = method_cls.version
+    names = [k.split(":", 1)[1] for k in have if k.startswith("pretrained:")]
+    now.update(pretrained_versions(names + ([pretrained] if pretrained else [])))
+    return [f"{k} {have.get(k, 0)} < {v}" for k, v in sorted(now.items())
+            if have.get(k, 0) < v]
