@@ -49,7 +49,7 @@ def endpoint_error(opts: RunOptions, steps: int, n: int) -> dict[str, float] | N
     if not plan.checkpoint.exists():
         return None
     method = fit(plan).method
-    from pcgbench.evaluation import evaluate
+    from pcgbench.scoring import evaluate
 
     task = plan.task
     test = task.dataset("test")

@@ -20,9 +20,9 @@ import time
 import torch
 from tabulate import tabulate
 
-from pcgbench.evaluation import evaluate
 from pcgbench.metric import MetricContext
 from pcgbench.registry import METRICS, TASKS
+from pcgbench.scoring import evaluate
 
 
 def former_mmd(samples: torch.Tensor, reference: torch.Tensor) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any
 
-from pcgbench.plan import RunPlan
 from pcgbench.results.files import results_dir as default_results_dir
 from pcgbench.results.store import cell_records
 
@@ -35,16 +35,15 @@ def duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def warn_budget(plan: RunPlan) -> None:
-    """Warn before a fit whose ``iterations`` is far above the preset's default: with the
-    estimated time where a s/update of this (task, preset, method) is recorded."""
-    task, method, opts = plan.task, plan.method, plan.options
-    iters = getattr(method.config, "iterations", None)
-    default = getattr(plan.default, "iterations", None)
+def warn_budget(task: str, method: str, preset: str, results: str | None, iters: Any,
+                default: Any) -> None:
+    """Warn before a fit of ``iters`` updates far above the preset's ``default``: with the
+    estimated time where a s/update of this (task, preset, method) is recorded.  (The
+    runner passes its plan's fields; nothing here reads the plan.)"""
     if not isinstance(iters, int) or not isinstance(default, int) or default <= 0:
         return
     ratio = iters / default
-    spu = recorded_seconds_per_update(task.name, opts.preset, method.name, opts.results_dir)
+    spu = recorded_seconds_per_update(task, preset, method, results)
     if ratio <= 1 or (ratio < BUDGET_RATIO_WARNING
                       and (spu is None or iters * spu < BUDGET_SECONDS_WARNING)):
         return
@@ -52,6 +51,6 @@ def warn_budget(plan: RunPlan) -> None:
 
     estimate = ("" if spu is None else
                 f": ~{duration(iters * spu)} at the {spu:.3g} s/update recorded for "
-                f"{method.name} on {task.name} at {opts.preset}")
-    warnings.warn(f"iterations={iters} is {ratio:.3g} x the {opts.preset} default ({default})"
+                f"{method} on {task} at {preset}")
+    warnings.warn(f"iterations={iters} is {ratio:.3g} x the {preset} default ({default})"
                   f"{estimate}; --max-minutes bounds the run", stacklevel=2)

@@ -15,6 +15,9 @@ from pcgbench.errors import PcgError
 #: literal costs memory and recursion; no config field needs more)
 MAX_SET_LENGTH = 1000
 
+#: the learning-rate schedules the shared training loop knows (:func:`pcgbench.training.lr_factor`)
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
 
 def parse_assignments(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["a=1", "b.c=[2,3]"]`` -> {"a": 1, "b.c": [2, 3]} (values as Python literals,
@@ -162,14 +165,12 @@ def check_bounds(cls: type, name: str, value: Any, what: str) -> None:
 def choices_for(cls: type, name: str) -> tuple[Any, ...] | None:
     """The values a string field accepts: the declared ``cls.choices[name]`` (a
     ``ClassVar`` mapping field name -> tuple), else the naming convention's (every method,
-    plug-ins included: ``lr_schedule`` is one of :data:`pcgbench.training.LR_SCHEDULES`),
+    plug-ins included: ``lr_schedule`` is one of :data:`LR_SCHEDULES`),
     else None (any value)."""
     declared = getattr(cls, "choices", None) or {}
     if name in declared:
         return tuple(declared[name])
     if name == "lr_schedule":
-        from pcgbench.training import LR_SCHEDULES
-
         return tuple(LR_SCHEDULES)
     return None
 

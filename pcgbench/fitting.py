@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +16,12 @@ from pcgbench.errors import PcgError
 from pcgbench.guard import deadline_check, guarded
 from pcgbench.log import logger
 from pcgbench.method import FitStats, Method, RunContext
+from pcgbench.outcomes import Fitted
 from pcgbench.plan import RunOptions, RunPlan, resolve, seed_everything
 from pcgbench.results.checkpoints import check_state, load_checkpoint, save_checkpoint
 from pcgbench.results.files import ensure_writable
 from pcgbench.task import Task
 from pcgbench.timing import peak_memory_mb, reset_peak_memory
-
-
-@dataclass(frozen=True)
-class Fitted:
-    """A method fitted (or loaded from its verified checkpoint): what the fit stage returns."""
-
-    task: Task
-    method: Method
-    stats: FitStats
-    reused: bool
-    checkpoint: Path
-    #: peak memory of the fit (None where no optimizer update ran) and its kind
-    train_peak_mb: float | None = None
-    memory_kind: str | None = None
-    #: the machine's load at the start and end of the fit
-    load: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare(method: Method, device: torch.device | None = None) -> Method:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from pcgbench.errors import PcgError
 from pcgbench.guard import guarded
 from pcgbench.log import logger
 from pcgbench.method import Method
+from pcgbench.outcomes import Sampled
 from pcgbench.plan import RunOptions, RunPlan
 from pcgbench.results.files import atomic_write
 from pcgbench.results.layout import samples_path
@@ -50,20 +51,6 @@ def check_samples(samples: torch.Tensor, task: Task, n: int, method: str,
             f"method {method!r} returned samples of shape {tuple(samples.shape)}; "
             f"task {task.name!r} expects {expected}"
         )
-
-
-@dataclass
-class Sampled:
-    """What sampling the test split produced: the samples (CPU), the counted NFE per
-    batch and its mean, the timing block of the record, and the peak memory."""
-
-    samples: torch.Tensor
-    nfe: float | int
-    nfe_per_batch: list[int]
-    inference: dict[str, Any]
-    peak_mb: float
-    #: the machine's load at the start and end of sampling (:func:`measure`)
-    load: dict[str, Any] = field(default_factory=dict)
 
 
 def measure(plan: RunPlan, method: Method) -> Sampled:
@@ -208,6 +195,27 @@ def sample_rows(method: Method, rows: Any, batch: int, gen: torch.Generator,
     samples, _ = sample_untimed(method, rows, batch, gen, device)
     check_samples(samples, method.task, len(rows), method.name)
     return samples
+
+
+def diagnostic_samples(plan: RunPlan, method: Method
+                       ) -> Iterator[tuple[str, dict[str, Any], float, torch.Tensor]]:
+    """The test split sampled again under each of the method class's
+    ``diagnostic_sampling`` configurations (sampling-only fields of the same fitted
+    weights; the run's own seeded generator), one at a time: (name, overrides, NFE per
+    batch, samples).  Untimed; the run's config is restored after each."""
+    test, opts = plan.task.dataset("test"), plan.options
+    config = method.config
+    for name, over in type(method).diagnostic_sampling.items():
+        method.config = config.replace(**over)
+        try:
+            gen = sample_generator(opts.seed)
+            method.nfe.reset()
+            samples, n_batches = sample_untimed(method, test, opts.sample_batch, gen,
+                                                plan.device)
+            nfe = method.nfe.count / n_batches
+        finally:
+            method.config = config
+        yield name, over, nfe, samples
 
 
 #: samples kept per run by default (``--save-samples N`` overrides; 0 keeps none)

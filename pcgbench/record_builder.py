@@ -13,11 +13,9 @@ from typing import Any
 
 from pcgbench import environment, threads
 from pcgbench.errors import PcgError
-from pcgbench.evaluation import Evaluation, mean_over_draws, metric_value, reference_metrics
-from pcgbench.fitting import Fitted
 from pcgbench.guard import deadline_check
-from pcgbench.measure import Sampled
 from pcgbench.network import parameter_count
+from pcgbench.outcomes import Evaluation, Fitted, Sampled
 from pcgbench.plan import RunOptions, RunPlan, data_label
 from pcgbench.registry import METRICS
 from pcgbench.results import layout, store
@@ -30,6 +28,7 @@ from pcgbench.results.files import results_dir as default_results_dir
 from pcgbench.results.identity import reference_key
 from pcgbench.results.record import RunRecord
 from pcgbench.results.store import read_record
+from pcgbench.scoring import mean_over_draws, metric_value, reference_metrics
 from pcgbench.task import Task
 from pcgbench.timing import median_after_warmup
 
@@ -216,7 +215,7 @@ def _evaluate_fake(task: Task, name: str, fields: Any, target: Any) -> dict[str,
     that fails on a fake (a plug-in's, say, that scores only real data) is recorded as
     not measured there, with one warning naming it: the row is an instrument check, never
     a reason to stop the run it is part of."""
-    from pcgbench.evaluation import evaluate
+    from pcgbench.scoring import evaluate
 
     try:
         return evaluate(task, fields.x, target.x, fields.cond, target.cond)

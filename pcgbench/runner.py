@@ -14,15 +14,17 @@ and tests import a stage's functions from the stage's own module.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 from pcgbench.budget import warn_budget
-from pcgbench.errors import TrainingDiverged
-from pcgbench.evaluation import evaluate_run
-from pcgbench.fitting import Fitted, fit
+from pcgbench.errors import PcgError, TrainingDiverged
+from pcgbench.evaluation import evaluate_diagnostic, evaluate_run
+from pcgbench.fitting import fit
 from pcgbench.guard import time_limit
-from pcgbench.measure import measure
+from pcgbench.measure import diagnostic_samples, measure, save_samples
+from pcgbench.outcomes import Evaluation, Fitted, Sampled
 from pcgbench.plan import RunOptions, RunPlan, record_path, resolve
 from pcgbench.record_builder import (
     data_reference_record,
@@ -77,16 +79,39 @@ def rescorable(record: RunRecord, plan: RunPlan) -> bool:
 
 def _execute(plan: RunPlan) -> RunRecord:
     clock = prepare_data(plan)
-    warn_budget(plan)
+    o = plan.options
+    warn_budget(plan.task.name, plan.method.name, o.preset, o.results_dir,
+                getattr(plan.config, "iterations", None),
+                getattr(plan.default, "iterations", None))
     try:
         fitted = fit(plan)
     except TrainingDiverged as exc:  # a failed run is recorded, not scored
         return write_record(plan.record_path, failed_record(plan, str(exc), clock))
     fit_seconds = time.perf_counter() - clock.t0
     sampled = measure(plan, fitted.method)
-    result = evaluate_run(plan, fitted, sampled)
+    result = _evaluate(plan, fitted, sampled)
     return write_record(plan.record_path,
                         run_record(plan, fitted, sampled, result, clock, fit_seconds))
+
+
+def _evaluate(plan: RunPlan, fitted: Fitted, sampled: Sampled) -> Evaluation:
+    """Evaluation, the first samples saved beside the record, then (for an ``ok`` run)
+    the diagnostic samplers evaluated; a metric that fails keeps every sample on disk
+    (named in the one-line error) and writes no record."""
+    test = plan.task.dataset("test")
+    n = len(test)
+    try:
+        result = evaluate_run(plan, fitted, sampled)
+    except PcgError as exc:  # keep what the fit and sampling produced
+        kept = save_samples(plan.record_path, sampled.samples, test.x, test.cond,
+                            dataclasses.replace(plan.options, save_samples=n))
+        raise PcgError(f"{exc}; no record written, the {n} samples are kept in {kept}") from exc
+    samples_file = save_samples(plan.record_path, sampled.samples, test.x, test.cond,
+                                plan.options)
+    diagnostics = ({name: evaluate_diagnostic(plan.task, over, nfe, samples)
+                    for name, over, nfe, samples in diagnostic_samples(plan, fitted.method)}
+                   if result.status == "ok" else {})
+    return dataclasses.replace(result, diagnostics=diagnostics, samples_file=samples_file)
 
 
 def fit_only(opts: RunOptions) -> Fitted:

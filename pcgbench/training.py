@@ -11,13 +11,12 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm.auto import tqdm
 
+from pcgbench.config import LR_SCHEDULES  # noqa: F401 - re-exported
 from pcgbench.errors import TrainingDiverged
 from pcgbench.fitstate import FitStats, Resume  # noqa: F401 - Resume re-exported
 from pcgbench.log import logger
 from pcgbench.termination import until_terminated
 from pcgbench.timing import synchronize
-
-LR_SCHEDULES = ("constant", "cosine", "linear")
 
 
 def lr_factor(step: int, iterations: int, schedule: str = "constant", warmup: int = 0,

@@ -302,8 +302,8 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     ``FLOOR_DRAWS`` seeded draws; cached per (task, preset, repeats) under ``root``."""
     from filelock import FileLock
 
-    from pcgbench.evaluation import evaluate
     from pcgbench.results.files import atomic_write_json
+    from pcgbench.scoring import evaluate
 
     v = val_version(task.name)
     path = root / "floors" / (f"{task.name}-{task.preset}-k{repeats}"
@@ -354,9 +354,9 @@ def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
     two draws, cached per (task, preset, repeats) under ``root``."""
     from filelock import FileLock
 
-    from pcgbench.evaluation import evaluate
     from pcgbench.results.files import atomic_write_json
     from pcgbench.sanity import FAKES, SANITY_SEED, STRUCTURE_FAKES, ratio_to_floor
+    from pcgbench.scoring import evaluate
 
     headline = task.headline
     v = val_version(task.name)
@@ -403,10 +403,10 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
     """Fit one candidate (the runner's checkpoint), score it on the val split, write its
     result file; an existing result is returned as is."""
     from pcgbench import environment
-    from pcgbench.evaluation import evaluate, run_status
     from pcgbench.measure import sample_rows
     from pcgbench.results.files import atomic_write_json
     from pcgbench.runner import RunOptions, fit_only
+    from pcgbench.scoring import evaluate, run_status
 
     study = get_study(study_name)
     stage = next(s for s in study.stages if s.name == stage_name)
@@ -679,7 +679,7 @@ def verdict(res: StageResult) -> str:
 def plan_stage(study: Study, index: int, preset: str, results_dir: str | None,
                data_dir: str | None, device: str) -> tuple[list[Any], int]:
     """(the jobs of stage ``index`` still to run, results already present)."""
-    from pcgbench.sweep import Job
+    from pcgbench.executor import Job
 
     root = study_dir(study, results_dir)
     stage = study.stages[index]

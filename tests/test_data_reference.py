@@ -12,12 +12,12 @@ import statistics
 import pytest
 import torch
 
-from pcgbench.evaluation import reference_metrics
 from pcgbench.leaderboard.tables import stale_reason
 from pcgbench.metrics.distribution import wasserstein1
 from pcgbench.record_builder import data_reference_record
 from pcgbench.registry import TASKS
 from pcgbench.runner import RunOptions
+from pcgbench.scoring import reference_metrics
 from pcgbench.task import REFERENCE_DRAWS
 
 FLAGGED = sorted(n for n in TASKS.names() if TASKS.get(n).reference_from_train)

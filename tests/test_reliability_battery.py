@@ -550,7 +550,7 @@ def test_16_a_run_recorded_by_a_concurrent_sweep_is_not_a_failure(recorded, monk
 
 
 def test_16_sigterm_cancels_the_jobs_in_flight():
-    from pcgbench.sweep import Job, SweepStopped, execute, stop_on_sigterm
+    from pcgbench.executor import Job, SweepStopped, execute, stop_on_sigterm
 
     class Never:
         cancelled = False

@@ -181,10 +181,10 @@ def test_a_zero_val_floor_is_refused_naming_the_file(dirs, tiny, monkeypatch):
 
     real = tune.evaluate if hasattr(tune, "evaluate") else None
     assert real is None  # the floor goes through the evaluation stage's evaluate
-    import pcgbench.evaluation as evaluation
+    import pcgbench.scoring as scoring
 
-    orig = evaluation.evaluate
-    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: {**orig(*a, **k),
+    orig = scoring.evaluate
+    monkeypatch.setattr(scoring, "evaluate", lambda *a, **k: {**orig(*a, **k),
                                                              "structure": 0.0})
     task = TASKS.get("burgers")(preset="smoke", progress=False)
     with pytest.raises(PcgError, match="val floor of burgers has structure = 0.0"):

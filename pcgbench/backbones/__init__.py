@@ -23,7 +23,7 @@ from pcgbench.errors import PcgError
 from pcgbench.registry import Registry
 
 if TYPE_CHECKING:
-    from pcgbench.task import TaskSpec
+    from pcgbench.fields import TaskSpec
 
 
 @dataclass(frozen=True)

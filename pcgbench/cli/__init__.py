@@ -153,7 +153,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except PcgError as exc:
         if args.debug:
             raise
-        from pcgbench.sweep import SweepStopped
+        from pcgbench.executor import SweepStopped
 
         if isinstance(exc, SweepStopped):  # a stop, not an error: as `run` documents
             print(f"pcgbench: {printable(exc)}", file=sys.stderr)

@@ -77,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
     """Plans and runs the matrix; exit code 1 when any job failed or a run is not ok."""
     import time
 
+    from pcgbench.executor import ExecutorOptions, default_cpus_per_job
     from pcgbench.presets import check_preset
     from pcgbench.results.files import ensure_writable, results_dir
     from pcgbench.results.layout import sweep_logs
-    from pcgbench.sweep import ExecutorOptions, default_cpus_per_job, plan, sweep
+    from pcgbench.sweep import plan, sweep
 
     default_preset(args)
     check_preset(args.preset)

@@ -36,18 +36,18 @@ def add_parser(sub: typing.Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcgbench.presets import check_preset
-    from pcgbench.results.files import ensure_writable
-    from pcgbench.results.files import results_dir as default_results_dir
-    from pcgbench.sweep import (
+    from pcgbench.executor import (
         ExecutorOptions,
         Job,
-        data_job,
         default_cpus_per_job,
         execute,
         make_executor,
         stop_on_sigterm,
     )
+    from pcgbench.presets import check_preset
+    from pcgbench.results.files import ensure_writable
+    from pcgbench.results.files import results_dir as default_results_dir
+    from pcgbench.sweep import data_job
     from pcgbench.tune import get_study, plan_stage, study_dir, write_summary
 
     check_preset(args.preset)

@@ -22,7 +22,6 @@ its default (PBFM at a fixed unrolling depth: ``pbfm[unroll=2]``).
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
