@@ -44,10 +44,13 @@ def _ours(filename: str, root: Path, core: bool) -> str | None:
     return str(rel)
 
 
-def walk(argv: list[str], core: bool, within: str | None = None) -> list[str]:
+def walk(argv: list[str], core: bool, within: str | None = None
+         ) -> tuple[list[str], collections.Counter[str]]:
     """The files of the depth-first walk of ``pcgbench <argv>``'s first-call tree, one
     entry per stop (consecutive entries differ); with ``within`` (``file:function``, e.g.
-    ``pcgbench/runner.py:run``) only the walk inside that function's first call."""
+    ``pcgbench/runner.py:run``) only the walk inside that function's first call.  Also
+    returns, per file, how many first calls came into it from another file (a return to
+    a caller is a stop, not a call)."""
     import pcgbench
     from pcgbench.cli import main
 
@@ -60,6 +63,7 @@ def walk(argv: list[str], core: bool, within: str | None = None) -> list[str]:
     target = tuple(within.split(":")) if within else None
     depth = [0]
     target_done = [False]
+    calls: collections.Counter[str] = collections.Counter()
 
     def visit(file: str) -> None:
         if inside[0] and (not path or path[-1] != file):
@@ -78,6 +82,8 @@ def walk(argv: list[str], core: bool, within: str | None = None) -> list[str]:
             key = (frame.f_code.co_filename, frame.f_code.co_firstlineno)
             expanded = not muted[0] and key not in seen
             seen.add(key)
+            if expanded and inside[0] and stack and stack[-1][1] != file:
+                calls[file] += 1
             stack.append((id(frame), file, expanded))
             if expanded:
                 visit(file)
@@ -101,7 +107,7 @@ def walk(argv: list[str], core: bool, within: str | None = None) -> list[str]:
         pass
     finally:
         sys.setprofile(None)
-    return path
+    return path, calls
 
 
 def main() -> int:
@@ -114,7 +120,7 @@ def main() -> int:
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the pcgbench arguments")
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    path = walk(argv, args.core, args.within)
+    path, calls = walk(argv, args.core, args.within)
     entered: collections.Counter[str] = collections.Counter(path)
     reentries = len(path) - len(entered)
     if args.show:
@@ -125,7 +131,8 @@ def main() -> int:
     for file, n in entered.most_common(8):
         print(f"  {n:4d}  {file}")
     for name in ("pcgbench/runner.py", "pcgbench/plan.py", "pcgbench/record_builder.py"):
-        print(f"  {name}: entered {entered[name]} times")
+        print(f"  {name}: entered {entered[name]} times, called into from another file "
+              f"{calls[name]} times")
     return 0
 
 
