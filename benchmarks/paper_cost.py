@@ -39,8 +39,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from pcgbench import environment, papercost
+from pcgbench import environment
 from pcgbench.guard import RunTimeLimit, time_limit
+from pcgbench.paper import cost as papercost
 from pcgbench.paper.cost import CostRow
 from pcgbench.plan import build_method, seed_everything
 from pcgbench.registry import METHODS, TASKS

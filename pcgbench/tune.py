@@ -193,7 +193,7 @@ def _delta_law() -> Study:
         always=(TODAY_V4,), base=(("objective", "native"),))
 
 
-STUDIES: dict[str, Callable[[], Study]] = {"pmosfm_time_draws": _native_time_draws,
+TUNE_STUDIES: dict[str, Callable[[], Study]] = {"pmosfm_time_draws": _native_time_draws,
                                            "pmosfm_sampling_map": _sampling_map_draws,
                                            "pmosfm_delta_law": _delta_law}
 
@@ -201,11 +201,11 @@ STUDIES: dict[str, Callable[[], Study]] = {"pmosfm_time_draws": _native_time_dra
 def get_study(name: str) -> Study:
     import difflib
 
-    if name not in STUDIES:
-        close = difflib.get_close_matches(name, list(STUDIES), n=1, cutoff=0.5)
+    if name not in TUNE_STUDIES:
+        close = difflib.get_close_matches(name, list(TUNE_STUDIES), n=1, cutoff=0.5)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise PcgError(f"unknown study {name!r}{hint}; studies: {', '.join(STUDIES)}")
-    return STUDIES[name]()
+        raise PcgError(f"unknown study {name!r}{hint}; studies: {', '.join(TUNE_STUDIES)}")
+    return TUNE_STUDIES[name]()
 
 
 # -- where results live -------------------------------------------------------------
