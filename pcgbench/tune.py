@@ -115,97 +115,44 @@ def grid(knobs: dict[str, dict[str, dict[str, Any]]]) -> tuple[Candidate, ...]:
     return tuple(out)
 
 
-def _native_time_draws() -> Study:
-    knobs = {
-        "endpoint": {"e0": {"endpoint_share": 0.0}, "e0.25": {"endpoint_share": 0.25}},
-        "pair": {"uniform": {"time_pair": "uniform"},
-                 "LN(-0.4,1)": {"time_pair": "logit_normal", "time_mean": -0.4,
-                                "time_std": 1.0},
-                 "LN(0.4,1)": {"time_pair": "logit_normal", "time_mean": 0.4,
-                               "time_std": 1.0}},
-        "delta": {"U(0.01,0.1)": {"delta_range": (0.01, 0.1)},
-                  "0.1": {"delta_range": (0.1, 0.1)},
-                  "U(0.05,0.5)": {"delta_range": (0.05, 0.5)}},
-    }
-    return Study(
-        name="pmosfm_time_draws", method="pmosfm",
-        description=("PMosFM's native objective: the (s, t, delta) draws the paper leaves "
-                     "open (Alg. 2 states only 0 <= s < t <= 1, 0 < delta < t - s)"),
-        candidates=grid(knobs), tasks=("burgers", "darcy", "kolmogorov"),
-        # sized to run in about two hours on 2 cores (54 + 27 single-threaded fits of
-        # ~0.2 s/update); docs/protocols.md "Time draws" gives the table it produced
-        stages=(Stage("1", iterations=500, seeds=(0,)),
-                Stage("2", iterations=1000, seeds=(0, 1, 2), keep=2)),
-        always=("e0.25|uniform|U(0.01,0.1)",), base=(("objective", "native"),))
+#: the declared studies, by name (a factory each); the paper's live in
+#: :mod:`pcgbench.paper.tuning`, registered by :func:`register_study` when it is imported
+#: (the command line imports it before it reads this)
+TUNE_STUDIES: dict[str, Callable[[], Study]] = {}
 
 
-#: the name of the candidate that is PMosFM's default draws as of ``pmosfm`` version 4 (no
-#: overrides: its fits are the runner's own ``pcgbench run`` checkpoints, shared, not
-#: refit).  When the default changes this candidate must become explicit overrides.
-TODAY_V4 = "default v4: LN(0.4,1)|e0|0.1"
-FORMER_DEFAULT = "former: uniform|e0.25|U(0.01,0.1)"
+def register_study(factory: Callable[[], Study]) -> Callable[[], Study]:
+    """Declare a study (a decorator): ``factory()`` is built once to read its name."""
+    name = factory().name
+    if name in TUNE_STUDIES and TUNE_STUDIES[name] is not factory:
+        raise PcgError(f"study {name!r} is declared twice")
+    TUNE_STUDIES[name] = factory
+    return factory
 
 
-def _sampling_map_draws() -> Study:
-    """Issue 60's study: draws that put the sampler's one-step (0, 1) map inside the
-    training distribution, at the real ``cpu`` budget, scored in the headline metric."""
-    ln = {"time_pair": "logit_normal", "time_mean": 0.4, "time_std": 1.0}
-    uni = {"time_pair": "uniform"}
-    d01 = {"delta_range": (0.1, 0.1)}
-    cands = [Candidate(TODAY_V4, ()),
-             Candidate(FORMER_DEFAULT, tuple({**uni, "endpoint_share": 0.25,
-                                              "delta_range": (0.01, 0.1)}.items()))]
-    cands += [Candidate(f"LN(0.4,1)|e{e}|0.1",
-                        tuple({**ln, "endpoint_share": e, **d01}.items()))
-              for e in (0.05, 0.1, 0.25)]
-    cands += [Candidate(f"uniform|e{e}|0.1", tuple({**uni, "endpoint_share": e, **d01}.items()))
-              for e in (0.1, 0.25)]
-    return Study(
-        name="pmosfm_sampling_map", method="pmosfm",
-        description=("PMosFM's native objective, issue 60: (s, t, delta) draws with a share "
-                     "of the sampler's own (0, 1) map, at the real cpu budget"),
-        candidates=tuple(cands),
-        tasks=("burgers", "kolmogorov", "darcy", "kf_generation"),
-        # stage 1: every candidate at the preset's 3,000 updates on seed 0 (24 new fits of
-        # 13-22 min single-threaded on 2 cores: two sessions); stage 2: the best two and
-        # today's default on seeds 0-2 (seed 0's fits are reused)
-        stages=(Stage("1", iterations=3000, seeds=(0,)),
-                Stage("2", iterations=3000, seeds=(0, 1, 2), keep=2)),
-        always=(TODAY_V4,), base=(("objective", "native"),))
+#: modules that declare studies (imported by name, as plug-ins are, before a study is
+#: looked up: in the command's process and in every job's)
+STUDY_MODULES = ("pcgbench.paper.tuning",)
 
 
-def _delta_law() -> Study:
-    """Issue 60's delta law for the finalist: today's default draws (delta = 0.1 (t - s))
-    against the same pair and share with the former law, delta / (t - s) ~ U(0.01, 0.1),
-    at the real ``cpu`` budget on seeds 0-2 (stage 2 of ``pmosfm_sampling_map`` kept the
-    default; its runner-up, the former default, differs in pair and share as well)."""
-    ln = {"time_pair": "logit_normal", "time_mean": 0.4, "time_std": 1.0,
-          "endpoint_share": 0.0}
-    return Study(
-        name="pmosfm_delta_law", method="pmosfm",
-        description=("PMosFM's native objective, issue 60: the delta law of the chosen "
-                     "draws, 0.1 (t - s) against U(0.01, 0.1) (t - s)"),
-        candidates=(Candidate(TODAY_V4, ()),
-                    Candidate("LN(0.4,1)|e0|U(0.01,0.1)",
-                              tuple({**ln, "delta_range": (0.01, 0.1)}.items()))),
-        tasks=("burgers", "kolmogorov", "darcy", "kf_generation"),
-        stages=(Stage("1", iterations=3000, seeds=(0, 1, 2)),),
-        always=(TODAY_V4,), base=(("objective", "native"),))
+def studies() -> dict[str, Callable[[], Study]]:
+    """Every declared study by name (:data:`STUDY_MODULES` imported first)."""
+    import importlib
 
-
-TUNE_STUDIES: dict[str, Callable[[], Study]] = {"pmosfm_time_draws": _native_time_draws,
-                                           "pmosfm_sampling_map": _sampling_map_draws,
-                                           "pmosfm_delta_law": _delta_law}
+    for module in STUDY_MODULES:
+        importlib.import_module(module)
+    return TUNE_STUDIES
 
 
 def get_study(name: str) -> Study:
     import difflib
 
-    if name not in TUNE_STUDIES:
-        close = difflib.get_close_matches(name, list(TUNE_STUDIES), n=1, cutoff=0.5)
+    known = studies()
+    if name not in known:
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise PcgError(f"unknown study {name!r}{hint}; studies: {', '.join(TUNE_STUDIES)}")
-    return TUNE_STUDIES[name]()
+        raise PcgError(f"unknown study {name!r}{hint}; studies: {', '.join(known)}")
+    return known[name]()
 
 
 # -- where results live -------------------------------------------------------------

@@ -41,7 +41,7 @@ def test_the_declared_study_is_the_issue_grid():
         tune.get_study("pmosfm_time_draw")
 
 
-@pytest.mark.parametrize("name", sorted(tune.TUNE_STUDIES))
+@pytest.mark.parametrize("name", sorted(tune.studies()))
 def test_every_declared_candidate_is_a_valid_config_and_today_s_default_has_no_delta(name):
     """Each candidate's overrides resolve to a checked config of the study's method on
     each task (a typo fails here, not hours into a stage); a candidate without overrides

@@ -12,13 +12,13 @@ from pcgbench.errors import PcgError
 
 
 def add_parser(sub: typing.Any) -> None:
-    from pcgbench.tune import TUNE_STUDIES
+    from pcgbench.tune import studies
 
     p = sub.add_parser("tune", help="choose a paper-silent setting by evidence: a declared "
                        "candidate set fitted with one budget and scored on the VAL split, "
                        "stage by stage (cached and resumable), then the table and the choice")
     add_common(p)
-    p.add_argument("study", help=f"one of {', '.join(TUNE_STUDIES)}")
+    p.add_argument("study", help=f"one of {', '.join(studies())}")
     p.add_argument("--stage", default="all",
                    help="a stage name, or 'all' (each stage after the previous is complete)")
     p.add_argument("--preset", default="cpu")
