@@ -12,6 +12,13 @@ import torch
 # Test problems are tiny: one thread is faster and immune to oversubscription when other
 # processes share the cores (measured: 2 threads under load ran ~100x slower).
 torch.set_num_threads(1)
+# Under pytest-xdist every worker is one of several processes on the cores: the runs a test
+# starts (in-process commands and subprocesses alike) take one thread each, as the
+# command-line thread policy does when OMP_NUM_THREADS is set.  Without it each worker's
+# runs spread over every core and spin against the others (measured: the suite on two
+# workers took longer than on one).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
