@@ -16,7 +16,7 @@ ratios to the first configuration.
 
 Configurations: ``glibc`` (the defaults), ``env`` (``MALLOC_MMAP_THRESHOLD_`` and
 ``MALLOC_TRIM_THRESHOLD_`` raised to 32 MiB / 1 GiB in the child's environment, fixed before it
-starts) and ``pcgbench`` (what ``pcgbench`` sets at import: :mod:`pcgbench.allocator`;
+starts) and ``pcgbench`` (what ``pcgbench`` sets at import: :mod:`pcgbench.runtime.allocator`;
 ``PCGBENCH_MALLOPT=0`` in ``glibc``/``env`` turns that off so they measure what they say).
 """
 
@@ -35,8 +35,8 @@ CHILD = r"""
 import json, resource, statistics, sys, tempfile, time
 import torch
 torch.set_num_threads(1)
-from pcgbench.fitting import fit
-from pcgbench.plan import RunOptions, resolve
+from pcgbench.stages.fit import fit
+from pcgbench.stages.plan import RunOptions, resolve
 task, method, updates, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 with tempfile.TemporaryDirectory() as tmp:
     opts = RunOptions(task=task, method=method, seed=seed, preset="cpu", device="cpu",
@@ -47,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     out = fit(plan)
     r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-from pcgbench import allocator
+from pcgbench.runtime import allocator
 print(json.dumps({"spu": statistics.median(out.stats.update_seconds[5:]),
                   "minflt": r1.ru_minflt - r0.ru_minflt, "stime": r1.ru_stime - r0.ru_stime,
                   "utime": r1.ru_utime - r0.ru_utime, "wall": t1 - t0,

@@ -30,15 +30,15 @@ import time
 import torch
 from tabulate import tabulate
 
-from pcgbench import environment
 from pcgbench.config import apply_overrides, parse_assignments, split_assignments
-from pcgbench.measure import write_samples_file
 from pcgbench.method import RunContext
 from pcgbench.metrics.distribution import wasserstein1
-from pcgbench.plan import recipe_overrides, seed_everything
 from pcgbench.presets import data_preset
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.scoring import evaluate, reference_metrics
+from pcgbench.runtime import environment
+from pcgbench.stages.measure import write_samples_file
+from pcgbench.stages.plan import recipe_overrides, seed_everything
+from pcgbench.stages.scoring import evaluate, reference_metrics
 
 
 def curve(task_name: str, preset: str, checkpoints: list[int], seed: int, data_dir: str | None,

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from tabulate import tabulate
 
-from pcgbench import environment
+from pcgbench.runtime import environment
+from pcgbench.runtime.timing import timed_median
 from pcgbench.tasks.darcy import DarcyTask
 from pcgbench.tasks.darcy import solver as darcy2d
-from pcgbench.timing import timed_median
 
 
 def _pm(v: torch.Tensor, fmt: str = "{:.2e}") -> str:

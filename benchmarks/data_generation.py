@@ -28,15 +28,15 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pcgbench import environment
 from pcgbench.registry import TASKS
 from pcgbench.results.files import atomic_write
+from pcgbench.runtime import environment
 from pcgbench.task import SPLITS, Task
 
 
 def _generate_all(task_cls: type[Task], preset: str, params) -> float:
     """Seconds to generate and cache every split with ``params`` in a fresh directory."""
-    from pcgbench.datacache import load_or_generate
+    from pcgbench.data.cache import load_or_generate
 
     with tempfile.TemporaryDirectory() as d:
         task = task_cls(preset, data_dir=Path(d), progress=False, params=params)

@@ -30,8 +30,8 @@ from tabulate import tabulate
 
 from pcgbench.config import parse_assignments
 from pcgbench.errors import PcgError
-from pcgbench.fitting import fit
-from pcgbench.plan import RunOptions, resolve
+from pcgbench.stages.fit import fit
+from pcgbench.stages.plan import RunOptions, resolve
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> list[float]:
@@ -49,7 +49,7 @@ def endpoint_error(opts: RunOptions, steps: int, n: int) -> dict[str, float] | N
     if not plan.checkpoint.exists():
         return None
     method = fit(plan).method
-    from pcgbench.scoring import evaluate
+    from pcgbench.stages.scoring import evaluate
 
     task = plan.task
     test = task.dataset("test")
@@ -79,7 +79,7 @@ def study_table(study_name: str, stage_name: str, preset: str, seed: int, steps:
                 results: str | None, tasks: list[str] | None = None) -> None:
     """One row per candidate of a ``pcgbench tune`` study stage, one column per task: the
     median one-step endpoint error of that candidate's fitted checkpoint ("-": not fitted)."""
-    from pcgbench.tune import get_study
+    from pcgbench.stages.tune import get_study
 
     study = get_study(study_name)
     stage = next((s for s in study.stages if s.name == stage_name), None)

@@ -22,7 +22,7 @@ from tabulate import tabulate
 
 from pcgbench.metric import MetricContext
 from pcgbench.registry import METRICS, TASKS
-from pcgbench.scoring import evaluate
+from pcgbench.stages.scoring import evaluate
 
 
 def former_mmd(samples: torch.Tensor, reference: torch.Tensor) -> float:

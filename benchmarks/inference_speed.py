@@ -31,12 +31,12 @@ import time
 import torch
 from tabulate import tabulate
 
-from pcgbench import environment
 from pcgbench.config import parse_method_spec
-from pcgbench.fitting import fit
-from pcgbench.plan import RunOptions, resolve
 from pcgbench.results.files import results_dir
-from pcgbench.timing import synchronize
+from pcgbench.runtime import environment
+from pcgbench.runtime.timing import synchronize
+from pcgbench.stages.fit import fit
+from pcgbench.stages.plan import RunOptions, resolve
 
 
 def main() -> None:
@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--record", action="store_true",
                     help="write the measurement as a benchmark record (for pcgbench audit)")
     args = ap.parse_args()
-    from pcgbench.environment import machine_load
+    from pcgbench.runtime.environment import machine_load
 
     load = {"start": machine_load()}
 

@@ -39,15 +39,15 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from pcgbench import environment
-from pcgbench.guard import RunTimeLimit, time_limit
 from pcgbench.paper import cost as papercost
 from pcgbench.paper.cost import CostRow
-from pcgbench.plan import build_method, seed_everything
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import RunOptions
+from pcgbench.runtime import environment
+from pcgbench.runtime.timing import synchronize
+from pcgbench.stages.guard import RunTimeLimit, time_limit
+from pcgbench.stages.plan import build_method, seed_everything
+from pcgbench.stages.runner import RunOptions
 from pcgbench.task import SPLITS, FieldData
-from pcgbench.timing import synchronize
 
 #: test rows at the full preset where the parameters name them differently
 TEST_ROWS = {
@@ -88,7 +88,7 @@ def probe_data(name: str, preset: str, data_dir: Path | None, rows: int | None):
     full = cls(preset, progress=False)
     params = _rows_capped(full.generation_probe(), rows)
     task = cls(preset, data_dir=data_dir, progress=False, params=params)
-    from pcgbench.datacache import verify
+    from pcgbench.data.cache import verify
 
     cached = all(verify(task, split) == "ok" for split in SPLITS)
     t0 = time.perf_counter()

@@ -25,10 +25,10 @@ import time
 import torch
 from tabulate import tabulate
 
-from pcgbench import environment
 from pcgbench.methods._jacobian import ColoredJacobian, DenseJacobian
 from pcgbench.methods._sampling import gauss_newton_project, normalized, stack_constraints
 from pcgbench.registry import TASKS
+from pcgbench.runtime import environment
 
 
 class _DenseOnly:

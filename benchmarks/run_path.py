@@ -48,7 +48,7 @@ def walk(argv: list[str], core: bool, within: str | None = None
          ) -> tuple[list[str], collections.Counter[str]]:
     """The files of the depth-first walk of ``pcgbench <argv>``'s first-call tree, one
     entry per stop (consecutive entries differ); with ``within`` (``file:function``, e.g.
-    ``pcgbench/runner.py:run``) only the walk inside that function's first call.  Also
+    ``pcgbench/stages/runner.py:run``) only the walk inside that function's first call.  Also
     returns, per file, how many first calls came into it from another file (a return to
     a caller is a stop, not a call)."""
     import pcgbench
@@ -116,7 +116,7 @@ def main() -> int:
     ap.add_argument("--show", action="store_true", help="print the walk")
     ap.add_argument("--within", metavar="FILE:FUNCTION",
                     help="only the walk inside this function's first call "
-                         "(e.g. pcgbench/runner.py:run)")
+                         "(e.g. pcgbench/stages/runner.py:run)")
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the pcgbench arguments")
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -130,7 +130,8 @@ def main() -> int:
           f"{f' inside {args.within}' if args.within else ''}")
     for file, n in entered.most_common(8):
         print(f"  {n:4d}  {file}")
-    for name in ("pcgbench/runner.py", "pcgbench/plan.py", "pcgbench/record_builder.py"):
+    for name in ("pcgbench/stages/runner.py", "pcgbench/stages/plan.py",
+                 "pcgbench/stages/record.py"):
         print(f"  {name}: entered {entered[name]} times, called into from another file "
               f"{calls[name]} times")
     return 0

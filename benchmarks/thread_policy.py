@@ -1,4 +1,4 @@
-"""The CPU thread policies (pcgbench.threads) side by side, idle and beside busy neighbours.
+"""The CPU thread policies (pcgbench.runtime.threads) side by side, idle and beside busy neighbours.
 
 For every task, neighbour count and policy, one ``pcgbench run --method pmosfm --preset cpu
 --set iterations=N --force`` in a fresh results folder (the data cache is shared), with

@@ -15,7 +15,7 @@ exact decoder with its implicit gradient (the default) against the unrolled CG c
 What is measured, per configuration: a fresh method (seeded) runs ``fit`` for
 ``warmup + updates`` optimizer updates on the task's train split; the seconds of every
 update come from the method's own timed loop (``FitStats.update_seconds``: device-
-synchronized, forward + backward + step, as in ``pcgbench.training.train_loop``) and the
+synchronized, forward + backward + step, as in ``pcgbench.training.loop.train_loop``) and the
 reported value is the median after the ``warmup`` updates.  PBFM runs with a fixed depth
 (``unroll`` = 1, 2, 3, 4); "Sum" adds the four, as the paper's table does.
 
@@ -70,14 +70,14 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from pcgbench import environment
 from pcgbench.config import apply_overrides, parse_method_spec
-from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods.fm_ot import PRESET_BUDGET
-from pcgbench.plan import recipe_overrides, seed_everything
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.timing import reset_peak_memory, synchronize
+from pcgbench.runtime import environment
+from pcgbench.runtime.timing import reset_peak_memory, synchronize
+from pcgbench.stages.fit import prepare
+from pcgbench.stages.plan import recipe_overrides, seed_everything
 
 PBFM_DEPTHS = (1, 2, 3, 4)
 
@@ -345,9 +345,9 @@ def main() -> None:
     ap.add_argument("--record", action="store_true",
                     help="write per-task benchmark records (for pcgbench audit)")
     args = ap.parse_args()
-    from pcgbench.environment import machine_load
     from pcgbench.results.benchmarks import write_benchmark_record
     from pcgbench.results.files import results_dir
+    from pcgbench.runtime.environment import machine_load
 
     device = environment.resolve_device(args.device)
     rows: list[Row] = []

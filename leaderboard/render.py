@@ -32,7 +32,7 @@ from pcgbench.leaderboard.text import (
     render_notes,
     to_csv,
 )
-from pcgbench.log import printable
+from pcgbench.runtime.log import printable
 
 #: between a value and its spread, per format
 PLUS_MINUS = {"md": " ± ", "latex": " $\\pm$ ", "html": " ± "}

@@ -30,10 +30,10 @@ from pcgbench.leaderboard.figures import (
 from pcgbench.leaderboard.model import task_table
 from pcgbench.leaderboard.render import table_html
 from pcgbench.leaderboard.tables import group_records
-from pcgbench.log import printable
 from pcgbench.registry import TASKS
 from pcgbench.results.layout import samples_path
 from pcgbench.results.record import RunRecord
+from pcgbench.runtime.log import printable
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}

@@ -78,7 +78,7 @@ def default_config_changes(record: Mapping[str, Any]) -> list[str]:
 
 @functools.lru_cache(maxsize=256)
 def _default_config(task: str, method: str, preset: str) -> dict | None:
-    from pcgbench.plan import default_config_dict
+    from pcgbench.stages.plan import default_config_dict
 
     return default_config_dict(task, method, preset)
 
@@ -247,7 +247,7 @@ def summary_frame(by_method: Mapping[str, list[RunRecord]], metric_order: tuple[
 def loaded_cells(by_method: Mapping[str, list[RunRecord]]) -> set[tuple[str, str]]:
     """(timing row, column) cells with a record whose phase (fit: s/update; sampling:
     time/sample) saw a 1-minute load average above the machine's CPU count."""
-    from pcgbench.environment import was_loaded
+    from pcgbench.runtime.environment import was_loaded
 
     return {(row, m) for m, recs in by_method.items() for row, phase in TIMING_ROWS.items()
             if any(was_loaded(r.load.get(phase)) for r in as_records(recs))}

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from pcgbench.log import printable
+from pcgbench.runtime.log import printable
 
 
 def fmt_number(v: float | None) -> str:
@@ -63,7 +63,7 @@ _MD_TAG_MARKS = frozenset("/!?")
 
 def md_text(text: str) -> str:
     """Plain text (a name, a note) as markdown that renders as that text: control
-    characters written out (:func:`pcgbench.log.printable`), and every character that
+    characters written out (:func:`pcgbench.runtime.log.printable`), and every character that
     could format, link or inject HTML backslash-escaped -- ``\\ ` * ~`` always, ``_``
     except inside a word (``fm_ot`` stays as typed: it cannot emphasise there), ``<``
     where it could open a tag, comment or autolink (``<script>``, ``<img``, ``</``,
@@ -107,7 +107,7 @@ CSV_FLOAT_FORMAT = "%.10g"
 
 def to_csv(frame: pd.DataFrame) -> str:
     """A long frame as CSV text: floats by :data:`CSV_FLOAT_FORMAT`, missing as empty,
-    text cells through :func:`pcgbench.log.printable` (control and format characters
+    text cells through :func:`pcgbench.runtime.log.printable` (control and format characters
     written out, as in every other format)."""
     frame = frame.copy()
     for col in frame.columns:

@@ -36,7 +36,7 @@ class PresetRecipe:
     """A preset's training budget and optimization recipe, the same for every method that
     trains a network from scratch (fairness): ``iterations`` AdamW updates of
     ``batch_size`` fields, the lr after a linear ``warmup`` decayed on ``lr_schedule``
-    (``pcgbench.training.lr_factor``), and the sampled weights an EMA with ``ema_decay``
+    (``pcgbench.training.loop.lr_factor``), and the sampled weights an EMA with ``ema_decay``
     (methods whose reference code fixes its own EMA keep it: PBFM 0.999, PIDM 0.99).
     The ``cpu`` budget is the one at which the shared backbones reach WD <= 2x the data
     floor (benchmarks/backbone_convergence.py; docs/notes/backbone-cpu.md "How the recipe was

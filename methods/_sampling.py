@@ -46,8 +46,8 @@ from pcgbench.methods._linalg import (  # noqa: F401 - re-exported (the plugin t
     shared_jacobian,
     spd_solve,
 )
+from pcgbench.runtime.timing import free_memory_bytes
 from pcgbench.task import Constraint, FieldData, Task
-from pcgbench.timing import free_memory_bytes
 
 JacobianFn = Callable[[ConstraintFn, Tensor, Cond], Tensor]
 

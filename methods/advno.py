@@ -33,7 +33,7 @@ from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods._flow import PRESET_BUDGET, preset_backbone
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.training import batch_indices, train_loop
+from pcgbench.training.loop import batch_indices, train_loop
 
 
 @dataclass(frozen=True)

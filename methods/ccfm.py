@@ -35,7 +35,7 @@ from pcgbench.methods._sampling import (
     shared_jacobian,
 )
 from pcgbench.registry import METHODS
-from pcgbench.timing import PhaseTimer
+from pcgbench.runtime.timing import PhaseTimer
 
 
 def band_project(h, z, t, cond, kappa, steps=1, jac=None, jacobian=batched_jacobian,
@@ -88,6 +88,8 @@ def band_project(h, z, t, cond, kappa, steps=1, jac=None, jacobian=batched_jacob
 
 @dataclass(frozen=True)
 class CCFMConfig(MethodConfig):
+    #: samples the shared pretrained backbone: no training budget of its own
+    budget_field: ClassVar[str | None] = None
     bounds: ClassVar[dict[str, Bounds]] = {"level": Bounds(0.0, 0.5, lo_open=True)}
 
     steps: int = 20  # Euler steps = NFE

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -29,7 +29,7 @@ from pcgbench.method import MethodConfig
 from pcgbench.methods._flow import bshape, euler_solve
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS
-from pcgbench.timing import PhaseTimer
+from pcgbench.runtime.timing import PhaseTimer
 
 
 def score_from_velocity(v: torch.Tensor, z: torch.Tensor, t: float | torch.Tensor
@@ -40,6 +40,8 @@ def score_from_velocity(v: torch.Tensor, z: torch.Tensor, t: float | torch.Tenso
 
 @dataclass(frozen=True)
 class CoCoGenConfig(MethodConfig):
+    #: samples the shared pretrained backbone: no training budget of its own
+    budget_field: ClassVar[str | None] = None
     steps: int = 20  # Euler-Maruyama steps = NFE
     sde_scale: float = 1.0  # c in g(t)^2 = 2 c (1 - t); 0 = probability-flow ODE
     correct_fraction: float = 0.025  # the window of in-sampling corrections

@@ -25,20 +25,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
 from pcgbench.method import MethodConfig
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS
-from pcgbench.timing import PhaseTimer
+from pcgbench.runtime.timing import PhaseTimer
 
 
 @dataclass(frozen=True)
 class DFlowConfig(MethodConfig):
     steps: int = 6  # Euler steps of the differentiable solve
     iterations: int = 20  # L-BFGS max_iter
+    #: ``iterations`` is the sampler's optimizer, not a training budget (no fit of its own)
+    budget_field: ClassVar[str | None] = None
     max_eval_factor: float = 1.25  # max_eval = factor * iterations
     lr: float = 1.0
     history_size: int = 20

@@ -22,7 +22,7 @@ EDM sampler and 80 %/20 % observation/PDE schedule are unused (no observations i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -31,7 +31,7 @@ from pcgbench.method import MethodConfig
 from pcgbench.methods._flow import bshape
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS
-from pcgbench.timing import PhaseTimer
+from pcgbench.runtime.timing import PhaseTimer
 
 
 def spectral_radius(h, z: torch.Tensor, cond, iters: int) -> torch.Tensor:
@@ -54,6 +54,8 @@ def spectral_radius(h, z: torch.Tensor, cond, iters: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DiffusionPDEConfig(MethodConfig):
+    #: samples the shared pretrained backbone: no training budget of its own
+    budget_field: ClassVar[str | None] = None
     steps: int = 10  # steps n; NFE = 2n - 1
     # "reference": the suite's FM port (velocities at the same point, detached);
     # "heun": ours, predictor-corrector Heun with the gradient through the network

@@ -21,7 +21,7 @@ Tasks with no linear constraint are refused (one line).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -39,11 +39,13 @@ from pcgbench.methods._sampling import (
     stack_constraints,
 )
 from pcgbench.registry import METHODS
-from pcgbench.timing import PhaseTimer
+from pcgbench.runtime.timing import PhaseTimer
 
 
 @dataclass(frozen=True)
 class ECIConfig(MethodConfig):
+    #: samples the shared pretrained backbone: no training budget of its own
+    budget_field: ClassVar[str | None] = None
     steps: int = 20  # Euler steps n
     n_mix: int = 1  # extrapolate-correct-interpolate repetitions per step
     resample_step: int = 1  # redraw eps every this many interpolations (0 = never)

@@ -24,7 +24,7 @@ from pcgbench.methods._flow import (
 )
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.training import WeightEMA, batch_indices, train_loop
+from pcgbench.training.loop import WeightEMA, batch_indices, train_loop
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class FMOTConfig(MethodConfig):
     lr: float = 1e-3
     steps: int = 20
     ot_coupling: bool = False
-    #: optimization recipe (``PRESET_RECIPE``; pcgbench.training.train_loop): the lr
+    #: optimization recipe (``PRESET_RECIPE``; pcgbench.training.loop.train_loop): the lr
     #: schedule after a linear warm-up, and the EMA of the weights that is sampled
     #: (0 = none)
     lr_schedule: str = "cosine"

@@ -41,7 +41,7 @@ from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import euler_sample
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.training import batch_indices, train_loop
+from pcgbench.training.loop import batch_indices, train_loop
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ class PBFM(Method[PBFMConfig]):
                                    channel_sum=spec.channel_sum, spectral=spec.spectral)
 
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
-        """The PBFM updates on the shared loop (``pcgbench.training.train_loop``: timed,
+        """The PBFM updates on the shared loop (``pcgbench.training.loop.train_loop``: timed,
         preemptible, resumable): each update's gradient is ConFIG's combination of the
         L_FM and L_R gradients (set by hand, ``manual_grads``), then clip, step and EMA."""
         cfg = self.config

@@ -21,7 +21,7 @@ projections orthogonal in normalized units (``_sampling``); linear ones share on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -33,11 +33,13 @@ from pcgbench.methods._sampling import (
     shared_jacobian,
 )
 from pcgbench.registry import METHODS
-from pcgbench.timing import PhaseTimer
+from pcgbench.runtime.timing import PhaseTimer
 
 
 @dataclass(frozen=True)
 class PCFMConfig(MethodConfig):
+    #: samples the shared pretrained backbone: no training budget of its own
+    budget_field: ClassVar[str | None] = None
     steps: int = 20  # Euler steps = NFE
     newton_steps: int = 1  # GN iterations of the per-step projection
     # J J^T + damping c I in the per-step projection, c = mean(diag J J^T) per sample

@@ -34,7 +34,7 @@ from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.methods.fm_ot import FMOTConfig, euler_sample
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.training import train_loop
+from pcgbench.training.loop import train_loop
 
 EPS = 0.01  # time offset of eta/sigma and of 1/(t + eps) in the matched drift
 
@@ -151,7 +151,7 @@ class PCFT(Method[PCFTConfig]):
 
     # -- training -------------------------------------------------------------------------
     def fit(self, train: FieldData, progress: bool = True) -> FitStats:
-        """Adjoint-matching updates on the shared loop (``pcgbench.training.train_loop``:
+        """Adjoint-matching updates on the shared loop (``pcgbench.training.loop.train_loop``:
         timed, preemptible, resumable): per update one memoryless rollout, its lean
         adjoint, and the regression loss summed over the loss times (one backward pass
         per time, gradients accumulated: ``manual_grads``)."""

@@ -42,7 +42,7 @@ from pcgbench.methods._flow import PRESET_RECIPE, ema_update, preset_backbone
 from pcgbench.methods._physics import physics_residual, sees_constraints
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData, Task
-from pcgbench.training import batch_indices, train_loop
+from pcgbench.training.loop import batch_indices, train_loop
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from typing import ClassVar, Literal
 import torch
 
 from pcgbench.backbones import BackboneConfig, conditioned_backbone
-from pcgbench.capture import GraphedModule
 from pcgbench.charts.base import Chart
 from pcgbench.config import UNIT, Bounds
 from pcgbench.errors import PcgError
@@ -42,11 +41,12 @@ from pcgbench.methods.onestep.calibration import (
     resolve_source_scale,
     resolve_whitening,
 )
-from pcgbench.preconditioning import Geometry, InputWhitening
 from pcgbench.registry import METHODS
+from pcgbench.runtime.timing import PhaseTimer
 from pcgbench.task import FieldData, Task
-from pcgbench.timing import PhaseTimer
-from pcgbench.training import WeightEMA, batch_indices, train_loop
+from pcgbench.training.capture import GraphedModule
+from pcgbench.training.loop import WeightEMA, batch_indices, train_loop
+from pcgbench.training.preconditioning import Geometry, InputWhitening
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class PMosFMConfig(MethodConfig):
     train_decode: Literal["exact", "chart"] = "exact"
     # the one-step network call at sampling: "auto" (the default) = captured into a CUDA
     # graph per batch shape and replayed on a GPU (the call is launch-bound there; eager
-    # on CPU and wherever capture fails: pcgbench.capture), "off" = always eager
+    # on CPU and wherever capture fails: pcgbench.training.capture), "off" = always eager
     sample_capture: Literal["auto", "off"] = "auto"
     # sampling steps: 1 (the default, the paper's) = the one-step map T^{0,1}(r0); k > 1 =
     # the composition T^{t_{k-1},1} o ... o T^{0,t_1} on a uniform grid (NFE k; the
@@ -159,7 +159,7 @@ class PMosFMConfig(MethodConfig):
     # loss_balance, grad_norm_every; the time fields apply to every objective that draws
     # (s, t) on its own law (not shortcut's dyadic grid, not drifting)
     objective: str = "native"
-    #: optimization recipe, as FM-OT's (pcgbench.training.train_loop): lr schedule after
+    #: optimization recipe, as FM-OT's (pcgbench.training.loop.train_loop): lr schedule after
     #: a linear warm-up, and the EMA of the weights that is sampled (0 = none)
     lr_schedule: str = "cosine"
     warmup: int = 100

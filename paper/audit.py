@@ -254,7 +254,7 @@ def bench_columns(bench: list[dict], task: str, preset: str, device: str, metric
 def timing_line(claim: Claim, task: str, preset: str, device: str, method: str,
                 records: list[RunRecord], bench: list[dict]) -> tuple[str, str, str]:
     """(ours, verdict, data) of a ``bench_lower_each`` claim on one task."""
-    from pcgbench.environment import describe_load
+    from pcgbench.runtime.environment import describe_load
 
     metric = claim.metrics[0]
     cols = against(claim)

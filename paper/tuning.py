@@ -1,11 +1,11 @@
 """The paper's tuning studies (``pcgbench tune NAME``): PMosFM's paper-silent native time
-draws, chosen on validation data.  Each is a :class:`~pcgbench.tune.Study` (declared
+draws, chosen on validation data.  Each is a :class:`~pcgbench.stages.tune.Study` (declared
 candidates, tasks, stages); importing this module registers them
-(:func:`~pcgbench.tune.register_study`)."""
+(:func:`~pcgbench.stages.tune.register_study`)."""
 
 from __future__ import annotations
 
-from pcgbench.tune import Candidate, Stage, Study, grid, register_study
+from pcgbench.stages.tune import Candidate, Stage, Study, grid, register_study
 
 
 @register_study

@@ -15,12 +15,12 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from pcgbench import allocator as _allocator
-from pcgbench import threads as _threads
+from pcgbench.runtime import allocator as _allocator
+from pcgbench.runtime import threads as _threads
 
-# before anything imports torch: idle OpenMP threads must not spin (pcgbench.threads)
+# before anything imports torch: idle OpenMP threads must not spin (pcgbench.runtime.threads)
 _threads.prepare_environment()
-# freed training tensors stay in the heap instead of faulting in again (pcgbench.allocator)
+# freed training tensors stay in the heap instead of faulting in again (pcgbench.runtime.allocator)
 _allocator.apply()
 
 #: sub-package -> folder of the source tree (pyproject.toml ``package-dir``)

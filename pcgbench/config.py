@@ -15,7 +15,8 @@ from pcgbench.errors import PcgError
 #: literal costs memory and recursion; no config field needs more)
 MAX_SET_LENGTH = 1000
 
-#: the learning-rate schedules the shared training loop knows (:func:`pcgbench.training.lr_factor`)
+#: the learning-rate schedules the shared training loop knows
+#: (:func:`pcgbench.training.loop.lr_factor`)
 LR_SCHEDULES = ("constant", "cosine", "linear")
 
 

@@ -18,9 +18,9 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 import torch
 from torch import nn
 
-from pcgbench.fitstate import FitStats, Resume
-from pcgbench.network import CountedNetwork, NFECounter
 from pcgbench.task import FieldData, Task
+from pcgbench.training.network import CountedNetwork, NFECounter
+from pcgbench.training.state import FitStats, Resume
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,16 @@ class MethodConfig:
     refitting it; they stay in the record's identity (a variant column)."""
 
     sampling_only: ClassVar[frozenset[str]] = frozenset()
+    #: the field that holds the training budget in updates (``--set iterations=N``, a
+    #: ``tune`` stage's budget, the budget warning, the fit's log line); ``None`` for a
+    #: config with no training budget (a field named ``iterations`` that means something
+    #: else -- D-Flow's L-BFGS iterations per sample -- is not one)
+    budget_field: ClassVar[str | None] = "iterations"
+
+    def training_updates(self) -> int | None:
+        """The training budget (the :attr:`budget_field`), ``None`` where there is none."""
+        value = getattr(self, self.budget_field, None) if self.budget_field else None
+        return value if isinstance(value, int) else None
 
     @classmethod
     def for_preset(cls, preset: str) -> MethodConfig:
@@ -202,7 +212,7 @@ class Method(ABC, Generic[ConfigT]):
 
             raise PcgError(f"method {self.name!r} builds on a pretrained "
                            f"{self.pretrained_name()!r}, which the runner injects: call "
-                           "pcgbench.runner.prepare(method) before fit/load_state_dict")
+                           "pcgbench.stages.runner.prepare(method) before fit/load_state_dict")
         return method
 
     def _owned_modules(self) -> dict[str, nn.Module]:

@@ -31,7 +31,7 @@ def data_preset(preset: str) -> str:
 def default_preset(device: str) -> tuple[str, str]:
     """(the preset a run without ``--preset`` takes on ``device``, why): ``gpu`` where
     the run's device resolves to CUDA, else ``cpu``."""
-    from pcgbench.environment import resolve_device
+    from pcgbench.runtime.environment import resolve_device
 
     if resolve_device(device).type == "cuda":
         return DEFAULT_GPU_PRESET, "CUDA present and no --preset given"

@@ -344,7 +344,7 @@ class Task(ABC):
                 + f"; {PRESET_REGIME.get(preset, preset)}")
     #: why rows shared between splits are the reference protocol's own (e.g. test
     #: conditions drawn from the training seed); empty: any shared row is refused
-    #: (:func:`pcgbench.dataguard.check_split`)
+    #: (:func:`pcgbench.data.checks.check_split`)
     split_overlap_reason: ClassVar[str] = ""
     #: the val split is a draw of the training split's distribution (same conditions,
     #: other seeds or trajectories): where val has fewer rows than test, the ``data``
@@ -375,7 +375,7 @@ class Task(ABC):
         #: viscosity, a re-gauged pressure, how the data reference was formed): recorded
         #: in every record of the run as ``data_notes``
         self.data_notes: dict[str, str] = {}
-        #: False while a sweep plans (``pcgbench.sweep.plan``): a split that is not cached
+        #: False while a sweep plans (``pcgbench.stages.sweep.plan``): a split that is not cached
         #: raises :class:`~pcgbench.errors.DataNotGenerated` instead of running the solver
         self.generation_allowed = True
 
@@ -405,7 +405,7 @@ class Task(ABC):
         """Every file ``load_external(path, ...)`` may read (their contents are the data's
         identity): by default a ``{split}`` template's files, every file in a directory,
         or the file itself.  A loader that reads other files (e.g. a sibling) overrides."""
-        from pcgbench.dataguard import external_files
+        from pcgbench.data.checks import external_files
 
         return external_files(path)
 
@@ -456,7 +456,7 @@ class Task(ABC):
         if split not in SPLITS:
             raise PcgError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
         if split not in self._splits:
-            from pcgbench.dataguard import check_split
+            from pcgbench.data.checks import check_split
 
             if self.data_file is not None:
                 path = Path(self.data_file)
@@ -471,7 +471,7 @@ class Task(ABC):
                     ) from exc
                 source = f"--data-file {str(path)!r}"
             else:
-                from pcgbench.datacache import load_or_generate
+                from pcgbench.data.cache import load_or_generate
 
                 data = load_or_generate(self, split)
                 source = f"the {self.name!r} data cache"

@@ -48,7 +48,7 @@ def split_path(path: Path, split: str, task: str) -> Path:
             f"{task}: --data-file needs one file per split: a path containing '{{split}}' "
             f"(e.g. data/{task}_{{split}}.h5) or a directory holding train.h5, val.h5, test.h5"
         )
-    from pcgbench.dataguard import require_file
+    from pcgbench.data.checks import require_file
 
     return require_file(split_file(path, split), f"{task}: {split} data file")
 
@@ -99,10 +99,10 @@ def check_span(coords: Any, expected: float, what: str, path: Path, task: str) -
 
 def check_pairs(u: Any, what: str, notes: dict[str, str] | None = None) -> None:
     """Before anything of ``u [A, B, *rest]`` is read: its dtype
-    (:func:`pcgbench.dataguard.check_dtype`; ``notes`` take an integer dtype's note) and
+    (:func:`pcgbench.data.checks.check_dtype`; ``notes`` take an integer dtype's note) and
     the memory of :func:`read_pairs`' float32 result plus one slab as stored
-    (:func:`pcgbench.dataguard.check_memory`); ``what`` names ``u`` in the one line."""
-    from pcgbench.dataguard import check_dtype, check_memory
+    (:func:`pcgbench.data.checks.check_memory`); ``what`` names ``u`` in the one line."""
+    from pcgbench.data.checks import check_dtype, check_memory
 
     check_dtype(u.dtype, what, notes)
     shape = tuple(int(n) for n in u.shape)

@@ -28,9 +28,9 @@ import torch
 from pcgbench.charts import Chart, StreamfunctionChart2D
 from pcgbench.charts.streamfunction import spectral_wavenumbers
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
 from pcgbench.numerics.spectral2d import wavenumbers
 from pcgbench.registry import TASKS
+from pcgbench.runtime.log import generating
 from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.kolmogorov import (
     KolmogorovFlowParams,

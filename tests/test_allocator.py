@@ -1,4 +1,4 @@
-"""glibc malloc thresholds at import (pcgbench.allocator): applied on Linux/glibc, skipped
+"""glibc malloc thresholds at import (pcgbench.runtime.allocator): applied on Linux/glibc, skipped
 where the user chose (any MALLOC_* variable, PCGBENCH_MALLOPT=0)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-PROBE = "import pcgbench, pcgbench.allocator as a; print(a.APPLIED)"
+PROBE = "import pcgbench, pcgbench.runtime.allocator as a; print(a.APPLIED)"
 
 
 def _applied(**env: str) -> str:

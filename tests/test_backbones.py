@@ -255,7 +255,7 @@ def test_zero_shot_backbone_ignores_constraint_data():
 def test_parameter_count_counts_shared_parameters_once():
     from torch import nn
 
-    from pcgbench.network import parameter_count
+    from pcgbench.training.network import parameter_count
 
     lin = nn.Linear(3, 4)
     wrapper = nn.Sequential(lin)  # e.g. an ODE-solver module holding the same net

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from pcgbench.datacache import cache_path
+from pcgbench.data.cache import cache_path
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 from pcgbench.tasks.burgers import BurgersICChart, BurgersParams, BurgersTask

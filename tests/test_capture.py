@@ -1,4 +1,4 @@
-"""CUDA-graph capture of PMosFM's one-step network call (``pcgbench.capture``): inert on
+"""CUDA-graph capture of PMosFM's one-step network call (``pcgbench.training.capture``): inert on
 CPU, equal to the eager call on a GPU, replayed per input signature, and falling back to
 eager calls when capture fails."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pcgbench.capture import GraphedModule
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.training.capture import GraphedModule
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

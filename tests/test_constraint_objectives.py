@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import pcgbench.methods  # noqa: F401 - registers the methods
-from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods._sampling import BackboneSampler
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.stages.fit import prepare
 
 N = 6
 

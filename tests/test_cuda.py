@@ -22,12 +22,12 @@ import pytest
 import torch
 
 from pcgbench.config import apply_overrides
-from pcgbench.fitting import prepare
 from pcgbench.method import FitStats
-from pcgbench.plan import seed_everything
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.results.checkpoints import load_checkpoint, save_checkpoint
-from pcgbench.runner import RunOptions, run
+from pcgbench.stages.fit import prepare
+from pcgbench.stages.plan import seed_everything
+from pcgbench.stages.runner import RunOptions, run
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(),

@@ -14,10 +14,10 @@ import torch
 
 from pcgbench.leaderboard.tables import stale_reason
 from pcgbench.metrics.distribution import wasserstein1
-from pcgbench.record_builder import data_reference_record
 from pcgbench.registry import TASKS
-from pcgbench.runner import RunOptions
-from pcgbench.scoring import reference_metrics
+from pcgbench.stages.record import data_reference_record
+from pcgbench.stages.runner import RunOptions
+from pcgbench.stages.scoring import reference_metrics
 from pcgbench.task import REFERENCE_DRAWS
 
 FLAGGED = sorted(n for n in TASKS.names() if TASKS.get(n).reference_from_train)
@@ -81,7 +81,7 @@ def test_a_floor_from_before_the_change_is_stale_and_rewritten(tmp_path) -> None
 
 
 def test_a_skipped_run_writes_its_cells_missing_floor(tmp_path) -> None:
-    from pcgbench.runner import run
+    from pcgbench.stages.runner import run
 
     opts = RunOptions(task="darcy", method="fm_ot", preset="smoke", progress=False,
                       results_dir=str(tmp_path / "res"), data_dir=str(tmp_path / "data"),

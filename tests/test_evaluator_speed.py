@@ -16,7 +16,7 @@ from pcgbench.metrics.distribution import blowup_fraction, finite_mask, shared, 
 from pcgbench.metrics.moments import _symmetric_pair_dists, energy_distance
 from pcgbench.metrics.spectral import mmd_rbf, radial_energy_spectrum
 from pcgbench.registry import METRICS, TASKS
-from pcgbench.scoring import evaluate
+from pcgbench.stages.scoring import evaluate
 
 
 def _fields(n: int, shape: tuple[int, ...], seed: int) -> torch.Tensor:

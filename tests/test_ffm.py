@@ -16,7 +16,6 @@ import torch
 
 import pcgbench.methods  # noqa: F401 - registers the methods
 from pcgbench.errors import PcgError
-from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods.ffm import (
     FFM,
@@ -28,6 +27,7 @@ from pcgbench.methods.ffm import (
 from pcgbench.methods.fm_ot import FMOT
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.sanity import SANITY_ROWS
+from pcgbench.stages.fit import prepare
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 
 TOY = "_toy_zero_shot_heat"
@@ -248,7 +248,7 @@ def toy_registered():
 
 
 def test_run_records_suite_metrics(toy_registered, tmp_path):
-    from pcgbench.runner import RunOptions, run
+    from pcgbench.stages.runner import RunOptions, run
 
     opts = RunOptions(task=TOY, method="eci", preset="smoke", results_dir=str(tmp_path / "r"),
                       data_dir=str(tmp_path / "d"), progress=False, timing_repeats=1)

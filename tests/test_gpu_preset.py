@@ -25,7 +25,7 @@ def test_gpu_is_a_preset_with_the_cpu_data():
 
 @pytest.mark.parametrize("name", TASKS.names())
 def test_every_task_at_gpu_has_the_cpu_parameters_and_cache_file(name, tmp_path):
-    from pcgbench.datacache import cache_path
+    from pcgbench.data.cache import cache_path
     from pcgbench.task import PRESET_REGIME
 
     cls = TASKS.get(name)
@@ -73,8 +73,8 @@ def test_a_task_recipe_override_reaches_every_recipe_trained_method_only():
     """kf_generation's lr (Task.recipe_overrides) reaches the methods trained from
     scratch with the preset recipe -- in a run and in the default column alike -- and
     no other method; --set wins."""
-    from pcgbench.plan import build_method, default_config
-    from pcgbench.runner import RunOptions
+    from pcgbench.stages.plan import build_method, default_config
+    from pcgbench.stages.runner import RunOptions
 
     task = TASKS.get("kf_generation")(preset="cpu", progress=False)
     lr = task.recipe_overrides["cpu"]["lr"]
@@ -114,8 +114,8 @@ def test_a_method_override_reaches_that_method_and_its_variants_only():
     only where a PMosFM column is shown."""
     from leaderboard.tables import table_notes
     from pcgbench.method import method_lineage
-    from pcgbench.plan import build_method, default_config
-    from pcgbench.runner import RunOptions
+    from pcgbench.stages.plan import build_method, default_config
+    from pcgbench.stages.runner import RunOptions
 
     assert method_lineage(METHODS.get("pmosfm_tuned")) == ["pmosfm_tuned", "pmosfm"]
     task = TASKS.get("darcy")(preset="cpu", progress=False)
@@ -148,8 +148,8 @@ def test_a_task_backbone_override_reaches_every_recipe_trained_method_and_trains
     of every method trained from scratch at cpu, is said under its tables, and each such
     method fits and samples with it (smoke-sized data and budget)."""
     from leaderboard.tables import table_notes
-    from pcgbench.plan import build_method, default_config
-    from pcgbench.runner import RunOptions
+    from pcgbench.stages.plan import build_method, default_config
+    from pcgbench.stages.runner import RunOptions
 
     task = TASKS.get("dynamic_stall")(preset="cpu", progress=False)
     trained = [n for n in METHODS.names() if METHODS.get(n).preset_recipe

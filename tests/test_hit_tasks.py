@@ -89,8 +89,8 @@ def test_reconstruction_geometry_does_not_depend_on_the_mask(rc, data_dir):
     every mask: one probed at a single sample's mask was degenerate on that sample's
     observed points and blew every smoke sample up (pressure std x 285 at ``cpu``).  A
     short PMosFM fit now samples at the data's scale."""
-    from pcgbench.preconditioning import fit_geometry
     from pcgbench.registry import METHODS
+    from pcgbench.training.preconditioning import fit_geometry
 
     te = rc.dataset("test")
     chart = rc.chart().double()
@@ -157,7 +157,7 @@ def test_paper_rows_are_found():
 
 def test_advno_needs_a_condition_and_forecasts_in_one_call(fc, data_dir):
     from pcgbench.config import apply_overrides
-    from pcgbench.fitting import prepare
+    from pcgbench.stages.fit import prepare
 
     kfg = TASKS.get("kf_generation")("smoke", data_dir=data_dir, progress=False)
     reason = METHODS.get("advno").unsupported_reason(kfg)

@@ -119,12 +119,12 @@ def test_a_code_version_bump_refits_and_retires_older_records(dirs, capsys, monk
 def test_code_versions_cover_task_data_and_the_pretrained_backbone(monkeypatch):
     import torch
 
-    from pcgbench.datacache import cache_path
+    from pcgbench.data.cache import cache_path
     from pcgbench.leaderboard.tables import is_ok, stale_reason
-    from pcgbench.plan import build_method, build_task
     from pcgbench.registry import METHODS, TASKS
     from pcgbench.results.identity import run_key
-    from pcgbench.runner import RunOptions
+    from pcgbench.stages.plan import build_method, build_task
+    from pcgbench.stages.runner import RunOptions
 
     for cls in (METHODS.get("fm_ot"), METHODS.get("pcfm"), TASKS.get("burgers")):
         monkeypatch.setattr(cls, "version", 0)  # start from version 0

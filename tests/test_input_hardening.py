@@ -68,7 +68,7 @@ def method_records(root: Path, method: str) -> list[dict]:
 
 # -- 6: --max-minutes landing inside a cache read -------------------------------------------
 def test_06_a_deadline_inside_a_cache_read_is_the_time_limit(dirs, monkeypatch, capsys):
-    import pcgbench.datacache as datacache
+    import pcgbench.data.cache as datacache
 
     assert cli(capsys, RUN)[0] == 0  # the cache exists and is valid
     caches = sorted((dirs / "data").rglob("*.h5"))
@@ -94,8 +94,8 @@ def test_06_a_deadline_inside_a_cache_read_is_the_time_limit(dirs, monkeypatch, 
 
 
 def test_06_a_swallowed_time_limit_still_stops_the_block():
-    from pcgbench.guard import RunTimeLimit, time_limit
-    from pcgbench.record_builder import write_record
+    from pcgbench.stages.guard import RunTimeLimit, time_limit
+    from pcgbench.stages.record import write_record
 
     with pytest.raises(RunTimeLimit, match="passed --max-minutes"):
         with time_limit(0.001):
@@ -131,7 +131,7 @@ def test_07_replacing_an_external_link_target_is_a_new_run(dirs, capsys):
 
 
 def test_07_virtual_dataset_sources_are_part_of_the_identity(tmp_path):
-    from pcgbench.dataguard import data_digest
+    from pcgbench.data.checks import data_digest
 
     src = kol_file(tmp_path / "src" / "source.h5")
     (tmp_path / "kd").mkdir()
@@ -154,7 +154,7 @@ def test_07_virtual_dataset_sources_are_part_of_the_identity(tmp_path):
 
 # -- 8: memory-bounded loading ----------------------------------------------------------------
 def test_08_a_file_larger_than_memory_is_refused_before_reading(dirs, monkeypatch, capsys):
-    import pcgbench.dataguard as dataguard
+    import pcgbench.data.checks as dataguard
 
     path = dirs / "huge.h5"
     with h5py.File(path, "w") as f:  # the shape: no chunk written, no disk used
@@ -178,7 +178,7 @@ def test_08_a_file_larger_than_memory_is_refused_before_reading(dirs, monkeypatc
 
 
 def test_08_selection_shapes_are_computed_without_data():
-    from pcgbench.dataguard import selection_shape
+    from pcgbench.data.checks import selection_shape
 
     shape = (1516, 11, 8_388_608)
     assert selection_shape(shape, (slice(1500, None), slice(None, None, 2))) == (16, 6, 8_388_608)
@@ -267,7 +267,7 @@ def test_12_sys_exit_in_sample_is_a_failed_run(dirs, monkeypatch, capsys):
 
 # -- message fixes -----------------------------------------------------------------------------
 def test_duplicate_rows_are_counted_in_the_split_being_checked():
-    from pcgbench.dataguard import check_split
+    from pcgbench.data.checks import check_split
     from pcgbench.fields import FieldData
 
     task = types.SimpleNamespace(name="t", split_overlaps={}, _row_hashes={},

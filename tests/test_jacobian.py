@@ -82,8 +82,8 @@ def darcy_env(tmp_path_factory):
 
 @pytest.mark.parametrize("method", ["pcfm", "ccfm"])
 def test_sampler_same_with_either_jacobian(darcy_env, method):
-    from pcgbench.fitting import prepare
     from pcgbench.registry import METHODS
+    from pcgbench.stages.fit import prepare
 
     task, ctx = darcy_env
     cls = METHODS.get(method)

@@ -229,9 +229,9 @@ def test_reconstruction_metrics_use_the_ensemble_mean_per_condition():
 # -- smoke runs through the runner -------------------------------------------------------------
 @pytest.mark.parametrize("method,nfe", [("fm_ot", 20), ("pmosfm", 1)])
 def test_runner_smoke(task, data_dir, tmp_path_factory, monkeypatch, method, nfe):
-    from pcgbench import plan
     from pcgbench.registry import TASKS
-    from pcgbench.runner import RunOptions, run
+    from pcgbench.stages import plan
+    from pcgbench.stages.runner import RunOptions, run
 
     assert TASKS.get("kf_reconstruction") is KFReconstructionTask
     monkeypatch.setattr(plan, "build_task", lambda opts: task)  # the TINY-data task

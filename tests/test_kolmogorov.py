@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from pcgbench.datacache import cache_path
+from pcgbench.data.cache import cache_path
 from pcgbench.errors import PcgError
 from pcgbench.numerics.spectral2d import fourier_truncate
 from pcgbench.registry import TASKS
@@ -193,8 +193,8 @@ def test_registered_and_spec():
 
 
 def test_the_val_split_version_moves_only_the_val_cache_and_tune_results(tmp_path):
-    from pcgbench.datacache import cache_path
-    from pcgbench.tune import Candidate, Stage, result_path
+    from pcgbench.data.cache import cache_path
+    from pcgbench.stages.tune import Candidate, Stage, result_path
 
     t = KolmogorovTask("smoke", data_dir=tmp_path, progress=False)
     assert KolmogorovTask.split_versions == {"val": 1}

@@ -6,7 +6,7 @@ import logging
 import re
 
 from pcgbench.cli import main
-from pcgbench.log import configure
+from pcgbench.runtime.log import configure
 
 
 def test_verbose_run_logs_its_phases(dirs, caplog):

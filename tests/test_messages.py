@@ -31,7 +31,7 @@ def test_list_columns_fit_the_longest_name(capsys):
 
 
 def test_generation_progress_says_data(monkeypatch):
-    from pcgbench.log import generating
+    from pcgbench.runtime.log import generating
 
     assert generating("burgers", "train") == "generating burgers train data"
     seen = []

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from pcgbench.config import apply_overrides
-from pcgbench.fitting import prepare
 from pcgbench.metrics import blowup_fraction
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.stages.fit import prepare
 
 TINY = {"iterations": 2}
 

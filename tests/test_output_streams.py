@@ -12,7 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
-from pcgbench.log import printable
+from pcgbench.runtime.log import printable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -133,7 +133,7 @@ def test_a_results_dir_that_is_a_file_or_a_symlink_loop_says_so(tmp_path, capsys
 def test_a_complete_cache_on_a_read_only_mount_is_read(tmp_path, monkeypatch) -> None:
     """Reading a complete dataset cache needs no write: a read-only mount is fine
     (simulated: this suite may run as root, whom permissions do not stop)."""
-    import pcgbench.datacache as datacache
+    import pcgbench.data.cache as datacache
     from pcgbench.registry import TASKS
 
     task = TASKS.get("burgers")(preset="smoke", data_dir=tmp_path, progress=False)

@@ -8,7 +8,6 @@ import io
 import pytest
 import torch
 
-from pcgbench.capture import GraphedModule
 from pcgbench.config import check_config
 from pcgbench.errors import PcgError
 from pcgbench.methods.pmosfm import (
@@ -19,6 +18,7 @@ from pcgbench.methods.pmosfm import (
     PMosFMTunedConfig,
 )
 from pcgbench.tasks.burgers import BurgersTask
+from pcgbench.training.capture import GraphedModule
 
 
 @pytest.fixture(scope="module")

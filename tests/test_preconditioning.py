@@ -17,7 +17,7 @@ from pcgbench.charts import (
     StreamfunctionChart2D,
 )
 from pcgbench.errors import PcgError
-from pcgbench.preconditioning import (
+from pcgbench.training.preconditioning import (
     DiagonalGeometry,
     FourierDiagonalGeometry,
     IdentityGeometry,

@@ -13,16 +13,16 @@ import torch
 import pcgbench.methods  # noqa: F401 - registers the methods
 from pcgbench.backbones import field_backbone, load_into_conditioned
 from pcgbench.cli import main
-from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods._physics import physics_residual
 from pcgbench.methods.diffusionpde import spectral_radius
 from pcgbench.methods.fm_ot import preset_backbone
 from pcgbench.paper.protocol import paper_nfe, protocol_for, protocol_overrides, target_nfe
 from pcgbench.paper.reported import reported_csv
-from pcgbench.plan import build_method, build_task
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import RunOptions
+from pcgbench.stages.fit import prepare
+from pcgbench.stages.plan import build_method, build_task
+from pcgbench.stages.runner import RunOptions
 
 PAPER_COLUMNS = {"FM-OT": "fm_ot", "CoCoGen": "cocogen", "PIDM": "pidm",
                  "DiffusionPDE": "diffusionpde", "D-Flow": "dflow", "ECI": "eci",

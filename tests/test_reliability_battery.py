@@ -262,7 +262,7 @@ def test_01_a_replaced_data_file_is_a_new_run_and_a_new_fit(dirs, capsys):
 
 
 def test_01_a_sibling_file_read_for_test_is_part_of_the_identity(dirs):
-    from pcgbench.dataguard import data_digest
+    from pcgbench.data.checks import data_digest
 
     data = kol_dir(dirs / "kd")
     task = TASKS.get("kolmogorov")(preset="smoke", data_file=data / "kolmogorov_train.h5")
@@ -384,7 +384,7 @@ def test_11_a_hostile_data_file_name_is_escaped_in_every_format(dirs, capsys):
 
 def test_11_escapers():
     from pcgbench.leaderboard.text import latex_escape, md_escape
-    from pcgbench.log import printable
+    from pcgbench.runtime.log import printable
 
     assert latex_escape(r"fm_ot[\input{/etc/passwd}]") == (
         r"fm\_ot[\textbackslash{}input\{/etc/passwd\}]")
@@ -541,7 +541,7 @@ SWEEP = ["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "smoke
 
 def test_16_a_run_recorded_by_a_concurrent_sweep_is_not_a_failure(recorded, monkeypatch,
                                                                   capsys):
-    import pcgbench.sweep as sweep
+    import pcgbench.stages.sweep as sweep
 
     # plan as if nothing were recorded (the other sweep finished it in between)
     monkeypatch.setattr(sweep, "record_path", lambda opts: Path("/nonexistent/record.json"))
@@ -550,7 +550,7 @@ def test_16_a_run_recorded_by_a_concurrent_sweep_is_not_a_failure(recorded, monk
 
 
 def test_16_sigterm_cancels_the_jobs_in_flight():
-    from pcgbench.executor import Job, SweepStopped, execute, stop_on_sigterm
+    from pcgbench.stages.executor import Job, SweepStopped, execute, stop_on_sigterm
 
     class Never:
         cancelled = False

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pcgbench.fitting import partial_checkpoint
 from pcgbench.method import RunContext
-from pcgbench.plan import seed_everything
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.results.checkpoints import load_checkpoint
-from pcgbench.training import Resume
+from pcgbench.stages.fit import partial_checkpoint
+from pcgbench.stages.plan import seed_everything
+from pcgbench.training.loop import Resume
 
 #: updates of each test fit: partial checkpoints every 10, killed after update 19
 ITERATIONS = 24
@@ -151,7 +151,7 @@ def _killed_fit_resumes(burgers, pretrained, tmp_path, monkeypatch, name, change
 
 
 def _keys() -> set[str]:
-    from pcgbench.fitstate import _RESUME_KEYS
+    from pcgbench.training.state import _RESUME_KEYS
 
     return set(_RESUME_KEYS)
 

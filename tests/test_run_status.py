@@ -60,7 +60,7 @@ def _curve(n: int, start: float, growth: float) -> list[float]:
 
 
 def test_loss_growth_flags_a_blow_up_not_noise_or_a_spike():
-    from pcgbench.scoring import LOSS_GROWTH_LIMIT, loss_growth
+    from pcgbench.stages.scoring import LOSS_GROWTH_LIMIT, loss_growth
 
     assert loss_growth(_curve(300, 5.0, 1.0)) < 1.5  # noisy, ends near its best, one spike
     assert loss_growth(_curve(300, 5.0, 200.0)) < LOSS_GROWTH_LIMIT  # Drifting-like 191 x

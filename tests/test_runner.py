@@ -10,9 +10,9 @@ import torch
 
 from pcgbench.errors import PcgError
 from pcgbench.method import FitStats, Method, MethodConfig
-from pcgbench.plan import build_task
 from pcgbench.registry import METHODS
-from pcgbench.runner import RunOptions, run
+from pcgbench.stages.plan import build_task
+from pcgbench.stages.runner import RunOptions, run
 
 _CALLS: list[int] = []
 
@@ -97,7 +97,7 @@ def test_no_temp_files_left(tmp_path):
 def test_the_backbone_record_carries_its_fine_grid_diagnostic(tmp_path):
     """FM-OT's record holds the same weights sampled with 100 Euler steps (never a
     column): counted NFE 100, every metric of the run, the run's own config intact."""
-    from pcgbench.runner import RunOptions, run
+    from pcgbench.stages.runner import RunOptions, run
 
     record, _, _ = run(RunOptions(task="burgers", method="fm_ot", preset="smoke",
                                   results_dir=str(tmp_path / "r"),

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import pcgbench.methods  # noqa: F401 - registers the methods
-from pcgbench.fitting import prepare
 from pcgbench.method import RunContext
 from pcgbench.methods._sampling import (
     apply_projector,
@@ -21,7 +20,8 @@ from pcgbench.methods._sampling import (
 )
 from pcgbench.methods.cocogen import score_from_velocity
 from pcgbench.registry import METHODS, TASKS
-from pcgbench.runner import RunOptions, run
+from pcgbench.stages.fit import prepare
+from pcgbench.stages.runner import RunOptions, run
 from pcgbench.task import Constraint
 
 N = 4

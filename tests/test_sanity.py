@@ -192,7 +192,7 @@ def test_the_audit_calls_a_blind_metric_not_measurable(monkeypatch) -> None:
 
 
 def test_tune_refuses_a_choice_a_sanity_row_beats() -> None:
-    from pcgbench.tune import Candidate, Stage, StageResult, Study, summarize, verdict
+    from pcgbench.stages.tune import Candidate, Stage, StageResult, Study, summarize, verdict
 
     study = Study("s", "pmosfm", "d", (Candidate("a", ()), Candidate("b", ())),
                   ("burgers",), (Stage("1", 10, (0,)),))
@@ -213,7 +213,7 @@ def test_tune_refuses_a_choice_a_sanity_row_beats() -> None:
 
 
 def test_tune_scores_on_the_headline_not_on_wd_and_energy() -> None:
-    from pcgbench.tune import run_score
+    from pcgbench.stages.tune import run_score
 
     r = {"status": "ok", "task": "burgers", "headline": "structure",
          "ratios": {"structure": 2.5, "wd": 0.1, "energy": 0.1}}
@@ -224,9 +224,9 @@ def test_tune_scores_on_the_headline_not_on_wd_and_energy() -> None:
 # -- records ----------------------------------------------------------------------------------
 def test_sanity_records_are_sealed_cached_and_carry_the_task_metrics(tmp_path) -> None:
     from pcgbench.leaderboard import load_records
-    from pcgbench.record_builder import sanity_records
     from pcgbench.registry import TASKS
-    from pcgbench.runner import RunOptions
+    from pcgbench.stages.record import sanity_records
+    from pcgbench.stages.runner import RunOptions
 
     opts = RunOptions(task="burgers", method="data", preset="smoke",
                       results_dir=str(tmp_path / "r"), data_dir=str(tmp_path / "d"),
@@ -255,7 +255,7 @@ def test_a_record_without_a_new_metric_is_rescored_from_its_checkpoint(dirs, mon
     from pcgbench.methods.fm_ot import FMOT
     from pcgbench.metric import Metric
     from pcgbench.registry import METRICS, TASKS
-    from pcgbench.runner import RunOptions, run
+    from pcgbench.stages.runner import RunOptions, run
 
     opts = RunOptions(task="burgers", method="fm_ot", preset="smoke", progress=False)
     first, path, skipped = run(opts)

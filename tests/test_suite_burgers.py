@@ -16,7 +16,7 @@ import torch
 from pcgbench.charts import AffineNullSpaceChart, decoder_certificates
 from pcgbench.errors import PcgError
 from pcgbench.registry import METRICS
-from pcgbench.runner import RunOptions, run
+from pcgbench.stages.runner import RunOptions, run
 from pcgbench.tasks._burgers_suite import generate_trajectories, suite_params
 from pcgbench.tasks._burgers_suite.solver import (
     burgers_flux,

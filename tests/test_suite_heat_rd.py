@@ -13,7 +13,7 @@ import torch
 
 from pcgbench.charts import decoder_certificates
 from pcgbench.registry import METRICS
-from pcgbench.runner import RunOptions, run
+from pcgbench.stages.runner import RunOptions, run
 from pcgbench.tasks.heat import HeatTask, heat_residual
 from pcgbench.tasks.reaction_diffusion_ic import ReactionDiffusionICTask
 from pcgbench.tasks.reaction_diffusion_ic import solver as fk

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pcgbench.registry import METRICS
-from pcgbench.runner import RunOptions, run
+from pcgbench.stages.runner import RunOptions, run
 from pcgbench.tasks.navier_stokes import NavierStokesTask, fit_forcing_phase
 from pcgbench.tasks.navier_stokes.solver import (
     FORCING_AMPLITUDE,

@@ -10,8 +10,8 @@ import pytest
 from conftest import read_records
 
 from pcgbench.cli import main
-from pcgbench.executor import ExecutorOptions, Job, execute, make_executor
-from pcgbench.sweep import plan
+from pcgbench.stages.executor import ExecutorOptions, Job, execute, make_executor
+from pcgbench.stages.sweep import plan
 
 
 def test_plan_orders_backbones_first_and_skips_existing(dirs):
@@ -95,7 +95,7 @@ def _threads_seen() -> dict:
 def test_a_job_runs_with_its_thread_limit_and_restores_it(tmp_path):
     import torch
 
-    from pcgbench.executor import in_job
+    from pcgbench.stages.executor import in_job
 
     before = torch.get_num_threads()
     assert in_job(1, _threads_seen)["detail"] == "1 1"
@@ -103,7 +103,7 @@ def test_a_job_runs_with_its_thread_limit_and_restores_it(tmp_path):
 
 
 def test_cpus_per_job_defaults_to_the_cores_shared_by_the_jobs_in_flight():
-    from pcgbench.executor import default_cpus_per_job, usable_cores
+    from pcgbench.stages.executor import default_cpus_per_job, usable_cores
 
     assert default_cpus_per_job("local", 1) == usable_cores()
     assert default_cpus_per_job("local", 10**6) == 1
@@ -273,7 +273,7 @@ def test_a_lost_jobs_detail_says_what_happened_and_where_its_log_is():
     from pathlib import Path
     from types import SimpleNamespace
 
-    from pcgbench.executor import lost_job_detail
+    from pcgbench.stages.executor import lost_job_detail
 
     class UncompletedJobError(RuntimeError):
         pass
@@ -297,7 +297,7 @@ def test_a_sigterm_during_a_submission_waits_until_the_job_is_registered():
 
     import pytest
 
-    from pcgbench.executor import SweepStopped, _stop_deferred, stop_on_sigterm
+    from pcgbench.stages.executor import SweepStopped, _stop_deferred, stop_on_sigterm
 
     for sig, exc in ((signal.SIGTERM, SweepStopped), (signal.SIGINT, KeyboardInterrupt)):
         running: list[str] = []

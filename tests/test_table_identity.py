@@ -139,7 +139,7 @@ def test_provenance_names_the_grid_and_the_papers_data():
 
 
 def test_a_reused_checkpoint_records_no_training_memory(tmp_path):
-    from pcgbench.runner import RunOptions, run
+    from pcgbench.stages.runner import RunOptions, run
 
     base = dict(task="burgers", method="fm_ot", preset="smoke", device="cpu",
                 results_dir=str(tmp_path / "r"), data_dir=str(tmp_path / "d"),
@@ -160,7 +160,7 @@ def test_a_reused_checkpoint_records_no_training_memory(tmp_path):
 
 
 def test_cpu_peak_memory_is_the_growth_over_the_window():
-    from pcgbench.timing import _status_kib, peak_memory_mb, reset_peak_memory
+    from pcgbench.runtime.timing import _status_kib, peak_memory_mb, reset_peak_memory
 
     cpu = torch.device("cpu")
     reset_peak_memory(cpu)
@@ -181,7 +181,7 @@ def test_cpu_peak_memory_is_the_growth_over_the_window():
 
 
 def test_every_run_computes_float32_as_ieee_on_any_device():
-    from pcgbench.environment import full_fp32, resolve_device
+    from pcgbench.runtime.environment import full_fp32, resolve_device
 
     resolve_device("cpu")
     assert full_fp32() == {"matmul": "ieee", "conv": "ieee", "rnn": "ieee"}
@@ -192,7 +192,7 @@ def test_a_default_column_record_of_an_older_default_config_is_stale():
     method's default (darcy: PMosFM's warm-up) is stale, named with the field; a variant, a
     record lacking the field, and one equal to today's default are not."""
     from pcgbench.leaderboard.tables import is_ok, stale_reason
-    from pcgbench.plan import default_config_dict
+    from pcgbench.stages.plan import default_config_dict
 
     now = default_config_dict("darcy", "pmosfm", "cpu")
     assert now is not None and now["warmup"] == 300

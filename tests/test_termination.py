@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pcgbench import termination
 from pcgbench.results.checkpoints import load_checkpoint
+from pcgbench.runtime import termination
 
 PLUGIN = str(Path(__file__).parent / "plugins" / "slow_phases.py")
 
@@ -169,6 +169,6 @@ def test_sigterm_stops_each_phase_promptly_and_a_rerun_completes(tmp_path, phase
 
 
 def termination_keys() -> set[str]:
-    from pcgbench.fitstate import _RESUME_KEYS
+    from pcgbench.training.state import _RESUME_KEYS
 
     return set(_RESUME_KEYS)

@@ -1,4 +1,4 @@
-"""The CPU thread policy (pcgbench.threads): in force before torch's first parallel region,
+"""The CPU thread policy (pcgbench.runtime.threads): in force before torch's first parallel region,
 never overriding what the user set, and noted in every run record."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pcgbench import threads
+from pcgbench.runtime import threads
 
 
 def _python(code: str, **env: str) -> str:

@@ -190,9 +190,9 @@ def test_pbfm_curriculum_and_fixed_depth_in_fit(task):
 
 # -- PCFT (adjoint matching on the cached FM-OT model) ----------------------------------------
 def test_pcft_finetune_and_sample(task, tmp_path):
-    from pcgbench.fitting import prepare
     from pcgbench.method import RunContext
     from pcgbench.methods.pcft import PCFT
+    from pcgbench.stages.fit import prepare
 
     torch.manual_seed(0)
     m = _method(PCFT, task, iterations=1, steps=10, batch_size=3, n_random=3)

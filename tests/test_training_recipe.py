@@ -11,7 +11,7 @@ import torch
 
 from pcgbench.methods._flow import PRESET_RECIPE
 from pcgbench.registry import METHODS
-from pcgbench.training import WeightEMA, lr_factor, train_loop
+from pcgbench.training.loop import WeightEMA, lr_factor, train_loop
 
 
 def test_lr_factor_warmup_then_cosine_linear_constant():
@@ -60,7 +60,7 @@ def test_train_loop_follows_the_schedule_and_tracks_the_ema():
         shadow = d * shadow + (1 - d) * net.weight.detach()
         seen.append(step)
 
-    import pcgbench.training as training
+    import pcgbench.training.loop as training
 
     real = torch.optim.AdamW
 

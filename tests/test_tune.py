@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from pcgbench import tune
 from pcgbench.cli import main
 from pcgbench.errors import PcgError
+from pcgbench.stages import tune
+from pcgbench.stages.tune import Stage, Study, grid
 from pcgbench.task import Task
-from pcgbench.tune import Stage, Study, grid
 
 
 def _study() -> Study:
@@ -46,8 +46,8 @@ def test_every_declared_candidate_is_a_valid_config_and_today_s_default_has_no_d
     """Each candidate's overrides resolve to a checked config of the study's method on
     each task (a typo fails here, not hours into a stage); a candidate without overrides
     is the default column itself (its fits are the runner's)."""
-    from pcgbench.plan import RunOptions, method_config
     from pcgbench.registry import TASKS
+    from pcgbench.stages.plan import RunOptions, method_config
 
     study = tune.get_study(name)
     for task_name in study.tasks:
@@ -166,7 +166,7 @@ def test_a_damaged_edited_or_ill_typed_result_is_named_and_recomputed(dirs, tiny
 
 
 def test_colliding_candidate_names_are_refused_when_declared():
-    from pcgbench.tune import Candidate
+    from pcgbench.stages.tune import Candidate
 
     stage = (Stage("1", 2, (0,)),)
     with pytest.raises(PcgError, match="more than once"):
@@ -181,7 +181,7 @@ def test_a_zero_val_floor_is_refused_naming_the_file(dirs, tiny, monkeypatch):
 
     real = tune.evaluate if hasattr(tune, "evaluate") else None
     assert real is None  # the floor goes through the evaluation stage's evaluate
-    import pcgbench.scoring as scoring
+    import pcgbench.stages.scoring as scoring
 
     orig = scoring.evaluate
     monkeypatch.setattr(scoring, "evaluate", lambda *a, **k: {**orig(*a, **k),

@@ -9,8 +9,8 @@ import torch
 
 import pcgbench.methods  # noqa: F401
 from pcgbench.methods.onestep.calibration import encode_all
-from pcgbench.preconditioning import InputWhitening, fit_geometry
 from pcgbench.registry import METHODS, TASKS
+from pcgbench.training.preconditioning import InputWhitening, fit_geometry
 
 
 def _coords(tmp_path, name):

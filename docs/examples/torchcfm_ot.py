@@ -21,7 +21,7 @@ from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.methods.sampling import PRESET_BUDGET, preset_backbone
 from pcgbench.registry import METHODS
 from pcgbench.task import FieldData
-from pcgbench.training import batch_indices, train_loop
+from pcgbench.training.loop import batch_indices, train_loop
 
 
 @dataclass(frozen=True)

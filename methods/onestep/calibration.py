@@ -32,7 +32,12 @@ from pcgbench.methods.onestep.spectral import (
     shell_index,
     shell_power,
 )
-from pcgbench.preconditioning import Geometry, IdentityGeometry, InputWhitening, fit_geometry
+from pcgbench.training.preconditioning import (
+    Geometry,
+    IdentityGeometry,
+    InputWhitening,
+    fit_geometry,
+)
 
 SourceScale = Literal["unit", "data", "spectral"]
 
@@ -112,7 +117,7 @@ class Calibration:
         """The calibration a PMosFM checkpoint's state dict holds (its ``geometry_kind``,
         ``geometry``, ``whitening``, ``source_symbol`` and ``info`` entries), on
         ``device``."""
-        from pcgbench import preconditioning
+        from pcgbench.training import preconditioning
 
         geometry = _empty_geometry(getattr(preconditioning, state["geometry_kind"]))
         geometry.load_state_dict(state["geometry"])
@@ -183,7 +188,7 @@ def calibrate(chart: Chart, x: Tensor, cond: Tensor | None, config: CalibrationC
               device: torch.device) -> Calibrated:
     """Alg. 2 lines 1-3 on training fields ``x`` [N, *field_shape] (normalized units) and
     their conditions ``cond``: y1 = eta_c(x1) (:func:`encode_all`), the geometry
-    (``config.geometry`` "auto": :func:`~pcgbench.preconditioning.fit_geometry` at the
+    (``config.geometry`` "auto": :func:`~pcgbench.training.preconditioning.fit_geometry` at the
     first condition; "none": C_c = I), r1 = C_c (y1 - mu_c), the source scale, S_data
     (and the data's shell powers with ``spread_match="spectral"`` on spatial
     coordinates), then P_{s,c} fitted on r1 (``eps_p``, ``whitening_rank``,

@@ -82,7 +82,7 @@ def check_memory(cfg: BackboneConfig, probe: nn.Module, shape: tuple[int, ...]) 
     gradients and Adam moments in float32) exceeds the memory available on this machine
     (Linux MemAvailable; unchecked where unknown).  The activation estimate of one
     sample (``width`` channels on the grid per layer) is printed with it."""
-    from pcgbench.timing import free_memory_bytes
+    from pcgbench.runtime.timing import free_memory_bytes
 
     n = sum(p.numel() for p in probe.parameters())
     need = n * TRAIN_BYTES_PER_PARAMETER

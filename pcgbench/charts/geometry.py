@@ -1,7 +1,7 @@
 """The geometric preconditioner C_c of chart coordinates (paper Sec. 3.3, Eq.
 preconditioned-coordinate): ``r = C (y - mu)``, ``y = mu + C^-1 r``, chosen so that the
 pulled-back metric ``C^-T G C^-1`` is close to the identity.  Charts build their own
-(``Chart.default_geometry``); :func:`pcgbench.preconditioning.fit_geometry` fits one from a
+(``Chart.default_geometry``); :func:`pcgbench.training.preconditioning.fit_geometry` fits one from a
 chart's pull-back.  Everything is a buffer, so ``state_dict`` round-trips with
 ``torch.load(weights_only=True)``; buffers are resized on load."""
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from pcgbench.errors import PcgError
-from pcgbench.log import printable
 from pcgbench.registry import load_plugin
+from pcgbench.runtime.log import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pcgbench.termination import handling
+    from pcgbench.runtime.termination import handling
 
     _encodable_streams()
     with handling():  # SIGTERM: a clean stop (a fit's partial checkpoint first), exit 143
@@ -128,14 +128,14 @@ def _main(argv: Sequence[str] | None) -> int:
         os.environ["TQDM_DISABLE"] = "1"
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from pcgbench.log import configure
+    from pcgbench.runtime.log import configure
 
     configure(verbose=args.verbose, quiet=args.quiet)
     from pcgbench.results.files import storage_error
-    from pcgbench.termination import EXIT_CODE, Terminated
+    from pcgbench.runtime.termination import EXIT_CODE, Terminated
 
     try:
-        from pcgbench import threads
+        from pcgbench.runtime import threads
 
         try:
             threads.apply(getattr(args, "threads_policy", None), getattr(args, "threads", None))
@@ -153,7 +153,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except PcgError as exc:
         if args.debug:
             raise
-        from pcgbench.executor import SweepStopped
+        from pcgbench.stages.executor import SweepStopped
 
         if isinstance(exc, SweepStopped):  # a stop, not an error: as `run` documents
             print(f"pcgbench: {printable(exc)}", file=sys.stderr)

@@ -31,7 +31,7 @@ def add_parser(sub: typing.Any) -> None:
 def run(args: argparse.Namespace) -> None:
     import time
 
-    from pcgbench.datacache import cache_path, verify
+    from pcgbench.data.cache import cache_path, verify
 
     data_file = getattr(args, "data_file", None)
     task = TASKS.get(args.task)(preset=args.preset,
@@ -61,7 +61,7 @@ def _data_file_report(task: typing.Any, args: argparse.Namespace) -> None:
     """``data inspect|verify --data-file F``: every split read from the file as a run would
     (the loader's layout checks and the data guard), with, for inspect, the statistics,
     the evaluator residual (``re``) and each constraint's error of the loaded data."""
-    from pcgbench.dataguard import data_digest
+    from pcgbench.data.checks import data_digest
     from pcgbench.metrics.constraint_error import constraint_error
     from pcgbench.metrics.residual import residual_error
 

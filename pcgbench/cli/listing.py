@@ -7,9 +7,9 @@ import typing
 
 from pcgbench.cli._common import add_common, one_line
 from pcgbench.errors import PcgError
-from pcgbench.log import printable
 from pcgbench.presets import PRESETS
 from pcgbench.registry import METHODS, METRICS, STUDIES, TASKS
+from pcgbench.runtime.log import printable
 
 
 def add_parser(sub: typing.Any) -> None:

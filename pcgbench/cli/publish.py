@@ -100,7 +100,7 @@ def _ship_samples(src: Path, out: Path, n: int) -> None:
     import h5py
     import torch
 
-    from pcgbench.measure import write_samples_file
+    from pcgbench.stages.measure import write_samples_file
 
     with h5py.File(src, "r") as f:
         rows = {k: torch.from_numpy(f[k][:n]) for k in ("samples", "reference", "cond")

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.leaderboard.tables import is_ok, stale_reason
     from pcgbench.presets import check_preset
     from pcgbench.results.layout import identity_name
-    from pcgbench.runner import RunOptions, record_path, run
+    from pcgbench.stages.runner import RunOptions, record_path, run
 
     check_preset(args.preset)
     pub, column = _find(args)

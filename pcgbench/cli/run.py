@@ -11,7 +11,7 @@ from pcgbench.registry import METHODS, TASKS
 
 if typing.TYPE_CHECKING:
     from pcgbench.results.record import RunRecord
-    from pcgbench.runner import RunOptions
+    from pcgbench.stages.runner import RunOptions
 
 
 def add_parser(sub: typing.Any) -> None:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs every seed; exit code 1 when any run is recorded as failed (diverged or
     invalid), 0 otherwise."""
     from pcgbench.config import parse_assignments
-    from pcgbench.runner import RunOptions, run
+    from pcgbench.stages.runner import RunOptions, run
 
     overrides = parse_assignments(args.set)
     default_preset(args)
@@ -105,7 +105,7 @@ def _record_pretrained(opts: RunOptions, record: RunRecord) -> None:
     beside the methods built on it."""
     import dataclasses
 
-    from pcgbench.runner import record_path, run
+    from pcgbench.stages.runner import record_path, run
 
     base = record.pretrained
     if not base or base == opts.method:

@@ -31,10 +31,10 @@ def run(args: argparse.Namespace) -> None:
     from pcgbench.leaderboard.render import grid_markdown
     from pcgbench.leaderboard.sanity_tables import sanity_grid, sanity_summary
     from pcgbench.leaderboard.text import to_csv
-    from pcgbench.plan import RunOptions, build_task
     from pcgbench.presets import check_preset
-    from pcgbench.record_builder import data_reference_record, sanity_records
     from pcgbench.results.files import results_dir
+    from pcgbench.stages.plan import RunOptions, build_task
+    from pcgbench.stages.record import data_reference_record, sanity_records
 
     check_preset(args.preset)
     tasks = args.task or [n for n in TASKS.names() if not TASKS.get(n).variant_of]

@@ -33,11 +33,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from pcgbench.config import parse_assignments, to_dict
-    from pcgbench.plan import RunOptions, resolve
     from pcgbench.presets import check_preset
     from pcgbench.results.files import config_hash
     from pcgbench.results.identity import run_key
-    from pcgbench.scoring import config_problem
+    from pcgbench.stages.plan import RunOptions, resolve
+    from pcgbench.stages.scoring import config_problem
 
     check_preset(args.preset)
     opts = RunOptions(task=args.task, method=args.method, preset=args.preset,

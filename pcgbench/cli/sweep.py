@@ -77,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
     """Plans and runs the matrix; exit code 1 when any job failed or a run is not ok."""
     import time
 
-    from pcgbench.executor import ExecutorOptions, default_cpus_per_job
     from pcgbench.presets import check_preset
     from pcgbench.results.files import ensure_writable, results_dir
     from pcgbench.results.layout import sweep_logs
-    from pcgbench.sweep import plan, sweep
+    from pcgbench.stages.executor import ExecutorOptions, default_cpus_per_job
+    from pcgbench.stages.sweep import plan, sweep
 
     default_preset(args)
     check_preset(args.preset)
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             if args.cpus_per_job is None else args.cpus_per_job)
     if cpus < 1:
         raise PcgError(f"--cpus-per-job must be >= 1, got {cpus}")
-    from pcgbench.environment import resolve_device
+    from pcgbench.runtime.environment import resolve_device
 
     resolve_device(args.device)  # a bad or absent device is one line before any planning
     p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,

@@ -1,5 +1,5 @@
 """``pcgbench tune``: a declared study of paper-silent settings, scored on the val split
-(:mod:`pcgbench.tune`), stage by stage on the sweep's executors, then its tables."""
+(:mod:`pcgbench.stages.tune`), stage by stage on the sweep's executors, then its tables."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pcgbench.errors import PcgError
 
 
 def add_parser(sub: typing.Any) -> None:
-    from pcgbench.tune import studies
+    from pcgbench.stages.tune import studies
 
     p = sub.add_parser("tune", help="choose a paper-silent setting by evidence: a declared "
                        "candidate set fitted with one budget and scored on the VAL split, "
@@ -36,7 +36,10 @@ def add_parser(sub: typing.Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcgbench.executor import (
+    from pcgbench.presets import check_preset
+    from pcgbench.results.files import ensure_writable
+    from pcgbench.results.files import results_dir as default_results_dir
+    from pcgbench.stages.executor import (
         ExecutorOptions,
         Job,
         default_cpus_per_job,
@@ -44,11 +47,8 @@ def run(args: argparse.Namespace) -> int:
         make_executor,
         stop_on_sigterm,
     )
-    from pcgbench.presets import check_preset
-    from pcgbench.results.files import ensure_writable
-    from pcgbench.results.files import results_dir as default_results_dir
-    from pcgbench.sweep import data_job
-    from pcgbench.tune import get_study, plan_stage, study_dir, write_summary
+    from pcgbench.stages.sweep import data_job
+    from pcgbench.stages.tune import get_study, plan_stage, study_dir, write_summary
 
     check_preset(args.preset)
     study = get_study(args.study)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.cli.sweep import check_job_options
 
     check_job_options(args)
-    from pcgbench.environment import resolve_device
+    from pcgbench.runtime.environment import resolve_device
 
     resolve_device(args.device)  # a bad or absent device is one line before any planning
     indices = range(len(names)) if args.stage == "all" else [names.index(args.stage)]

@@ -1,5 +1,5 @@
 """Side-by-side measurements as records (the machine load each carries:
-:func:`pcgbench.environment.machine_load`).
+:func:`pcgbench.runtime.environment.machine_load`).
 
 ``benchmarks/inference_speed.py`` and ``benchmarks/training_cost.py`` time several methods
 in ONE process (interleaved repeats, or consecutive configurations on the same data), so
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from pcgbench import environment
 from pcgbench.results import layout
 from pcgbench.results.files import atomic_write_json
+from pcgbench.runtime import environment
 
 
 def write_benchmark_record(root: Path, kind: str, task: str, preset: str,

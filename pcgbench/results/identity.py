@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class RunOptions(Protocol):
-    """What identity reads of a run's options (:class:`pcgbench.plan.RunOptions`)."""
+    """What identity reads of a run's options (:class:`pcgbench.stages.plan.RunOptions`)."""
 
     seed: int
     preset: str
@@ -76,10 +76,10 @@ def with_versions(key: dict[str, Any], versions: dict[str, int]) -> dict[str, An
 def run_key(task: Task, method: Any, opts: RunOptions, device: torch.device | None = None
             ) -> dict[str, Any]:
     """What a fitted model is: task parameters, data source (a ``--data-file`` by the
-    SHA-256 of its contents, :func:`pcgbench.dataguard.data_digest`), method config, seed,
+    SHA-256 of its contents, :func:`pcgbench.data.checks.data_digest`), method config, seed,
     preset, the kind of device it trained on and the code versions."""
     from pcgbench.config import to_dict
-    from pcgbench.dataguard import data_digest
+    from pcgbench.data.checks import data_digest
 
     return with_versions({
         "task": task.name,
@@ -113,7 +113,7 @@ def reference_key(task: Task, preset: str, method: str,
     """The identity of a reference record (the ``data`` floor or a sanity row ``method``):
     task parameters, data identity, preset, the reference's code version (+
     ``extra_versions``)."""
-    from pcgbench.dataguard import data_digest
+    from pcgbench.data.checks import data_digest
 
     key = {"task": task.name, "task_params": task.params_dict(), "data_file": data_digest(task),
            "method": method, "config": {}, "seed": 0, "preset": preset,

@@ -7,7 +7,7 @@ layout (records, checkpoints, samples, benchmark records, tune results, sweep lo
     <results>/records/<task>/<preset>/<method>/seed<S>-<hash>.samples.h5   (beside it)
     <results>/checkpoints/<task>/<preset>/<method>/seed<S>-<hash of the fit key>.pt
     <results>/benchmarks/<kind>/<task>/<preset>/<stamp>-<metric>-<device>-<pid>.json
-    <results>/tune/<study>/...                                              (pcgbench.tune)
+    <results>/tune/<study>/...                                              (pcgbench.stages.tune)
     <results>/sweep_logs/                                                   (submitit logs)
 
 A published record set (``published/``) has the same ``records/`` tree.  The identity a

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from pcgbench.charts.base import Chart, Cond
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
+from pcgbench.runtime.log import generating
 from pcgbench.task import FieldData, Task, TaskSpec
 from pcgbench.tasks._burgers_suite.solver import (
     mass_balance,
@@ -359,7 +359,7 @@ class BurgersSuiteTask(PcfmSuiteFiles, Task):
         ``[N, 1, nt, nx]``, ``cond`` from :meth:`make_cond`.  The file grid must equal the
         preset's (paper: 101 x 101); a test file must be the sampling set, ``n_groups``
         fixed conditions (first axis) x ``n_per_group`` members."""
-        from pcgbench.dataguard import read_array
+        from pcgbench.data.checks import read_array
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params

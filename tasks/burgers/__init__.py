@@ -32,8 +32,8 @@ import torch
 from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
 from pcgbench.registry import TASKS
+from pcgbench.runtime.log import generating
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.burgers.solver import cell_average, fourier_resample, solve_burgers
 
@@ -310,7 +310,7 @@ class BurgersTask(Task):
         e.g. a transposed file) is a :class:`PcgError`."""
         import h5py
 
-        from pcgbench.dataguard import check_read, read_array, require_file
+        from pcgbench.data.checks import check_read, read_array, require_file
 
         path = require_file(Path(path), "Burgers data file")
         p = self.params

@@ -29,8 +29,8 @@ import torch
 from pcgbench.charts import Chart, SolverDecoderChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
 from pcgbench.registry import TASKS
+from pcgbench.runtime.log import generating
 from pcgbench.task import Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.darcy import solver as darcy2d
 

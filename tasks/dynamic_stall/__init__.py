@@ -205,7 +205,7 @@ class DynamicStallTask(Task):
 
         p = self.params
         name = "dynamic_stall_test.h5" if split == "test" else "dynamic_stall_train.h5"
-        from pcgbench.dataguard import read_array, require_file
+        from pcgbench.data.checks import read_array, require_file
 
         file = Path(path) / name if Path(path).is_dir() else Path(path)
         require_file(file, "dynamic stall file", "does not exist")

@@ -107,7 +107,7 @@ def simulate_trajectory(p: HITFlowParams, progress: bool = False) -> tuple[torch
 
 class HITTrajectory(Task):
     """Internal (unregistered) task whose only dataset is the trajectory, so that both HIT
-    tasks share one cached simulation (:func:`pcgbench.datacache.load_or_generate` with
+    tasks share one cached simulation (:func:`pcgbench.data.cache.load_or_generate` with
     the split name ``"trajectory"``)."""
 
     name = "hit_trajectory"
@@ -131,7 +131,7 @@ class HITTrajectory(Task):
 
     def frames(self) -> torch.Tensor:
         """The cached trajectory ``[n_frames, 4, n, n, n]`` (generated once)."""
-        from pcgbench.datacache import load_or_generate
+        from pcgbench.data.cache import load_or_generate
 
         if "trajectory" not in self._splits:
             self._splits["trajectory"] = load_or_generate(self, "trajectory")
@@ -176,7 +176,7 @@ def frame_layouts(shape: tuple[int, ...]) -> dict[str, Any]:
 def load_frames(path: Path) -> torch.Tensor:
     """A HIT trajectory from ``path`` (layouts: the module docstring) as float32
     ``[frames, 4, n, n, n]``; the velocity channels must be solenoidal."""
-    from pcgbench.dataguard import check_read, require_file
+    from pcgbench.data.checks import check_read, require_file
 
     path = require_file(Path(path), "HIT data file", "does not exist")
     what = f"HIT data file {str(path)!r}"

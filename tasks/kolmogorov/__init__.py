@@ -34,9 +34,9 @@ import torch
 from pcgbench.charts import Chart, StreamfunctionChart2D
 from pcgbench.charts.streamfunction import spectral_wavenumbers
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
 from pcgbench.numerics.spectral2d import fourier_truncate
 from pcgbench.registry import TASKS
+from pcgbench.runtime.log import generating
 from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks.kolmogorov.solver import KolmogorovSolver
 
@@ -390,7 +390,7 @@ class KolmogorovTask(Task):
             path = path.with_name("kolmogorov_test.h5")
         elif split != "test" and path.name == "kolmogorov_test.h5":
             path = path.with_name("kolmogorov_train.h5")
-        from pcgbench.dataguard import read_array, require_file
+        from pcgbench.data.checks import read_array, require_file
 
         require_file(path, "Kolmogorov data file")
         p = self.params

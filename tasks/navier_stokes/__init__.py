@@ -33,8 +33,8 @@ import torch
 
 from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
 from pcgbench.registry import TASKS
+from pcgbench.runtime.log import generating
 from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 from pcgbench.tasks.navier_stokes.solver import (
@@ -223,7 +223,7 @@ class NavierStokesTask(PcfmSuiteFiles, Task):
         snapshot 0 flattened.  The grid must equal the preset's (paper: 64^2 x 50
         snapshots, t = 0..49).  Checked: snapshot 0 equals ``a`` where the file has it,
         and the evaluator on the first rows is not 2x smaller with x and y swapped."""
-        from pcgbench.dataguard import read_array
+        from pcgbench.data.checks import read_array
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params

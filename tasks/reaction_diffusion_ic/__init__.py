@@ -32,8 +32,8 @@ from torch import Tensor
 from pcgbench.charts import Chart, GaussNewtonChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
 from pcgbench.registry import TASKS
+from pcgbench.runtime.log import generating
 from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 from pcgbench.tasks.reaction_diffusion_ic import solver as fk
@@ -241,7 +241,7 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
         ``cond`` = the initial row (as :meth:`generate`).  Grid and physics must equal
         the preset's (paper: 128 x 100); where the file has ``ic``, the first time slice
         of every row must equal its IC (catches a permuted x/t axis)."""
-        from pcgbench.dataguard import read_array
+        from pcgbench.data.checks import read_array
         from pcgbench.tasks import _pcfm_files as pf
 
         p = self.params

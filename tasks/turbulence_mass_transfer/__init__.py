@@ -38,8 +38,8 @@ from torch import Tensor
 
 from pcgbench.charts import Chart, HelmholtzChart
 from pcgbench.errors import PcgError
-from pcgbench.log import generating
 from pcgbench.registry import TASKS
+from pcgbench.runtime.log import generating
 from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
 
 L_BOX = 2 * math.pi

@@ -20,7 +20,7 @@ from pcgbench.method import FitStats, Method, MethodConfig
 from pcgbench.registry import METHODS, TASKS
 from pcgbench.task import FieldData
 from pcgbench.tasks.burgers import BurgersTask
-from pcgbench.training import batch_indices, train_loop
+from pcgbench.training.loop import batch_indices, train_loop
 
 
 def _slow(phase: str) -> bool:

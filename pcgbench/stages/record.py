@@ -11,12 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pcgbench import environment, threads
 from pcgbench.errors import PcgError
-from pcgbench.guard import deadline_check
-from pcgbench.network import parameter_count
-from pcgbench.outcomes import Evaluation, Fitted, Sampled
-from pcgbench.plan import RunOptions, RunPlan, data_label
 from pcgbench.registry import METRICS
 from pcgbench.results import layout, store
 from pcgbench.results.files import (
@@ -28,9 +23,14 @@ from pcgbench.results.files import results_dir as default_results_dir
 from pcgbench.results.identity import reference_key
 from pcgbench.results.record import RunRecord
 from pcgbench.results.store import read_record
-from pcgbench.scoring import mean_over_draws, metric_value, reference_metrics
+from pcgbench.runtime import environment, threads
+from pcgbench.runtime.timing import median_after_warmup
+from pcgbench.stages.guard import deadline_check
+from pcgbench.stages.outcomes import Evaluation, Fitted, Sampled
+from pcgbench.stages.plan import RunOptions, RunPlan, data_label
+from pcgbench.stages.scoring import mean_over_draws, metric_value, reference_metrics
 from pcgbench.task import Task
-from pcgbench.timing import median_after_warmup
+from pcgbench.training.network import parameter_count
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def run_record(plan: RunPlan, fitted: Fitted, sampled: Sampled, result: Evaluati
                    "kind": fitted.memory_kind},
         # 1-min load average and CPU count at start and end of fit and of sampling
         "load": {"fit": fitted.load, "sample": sampled.load},
-        # the CPU thread policy in force (pcgbench.threads)
+        # the CPU thread policy in force (pcgbench.runtime.threads)
         "threads": threads.current().as_record(),
         "method_info": method.record_extras(),
         # the same weights under the class's diagnostic samplers (never a column)
@@ -215,7 +215,7 @@ def _evaluate_fake(task: Task, name: str, fields: Any, target: Any) -> dict[str,
     that fails on a fake (a plug-in's, say, that scores only real data) is recorded as
     not measured there, with one warning naming it: the row is an instrument check, never
     a reason to stop the run it is part of."""
-    from pcgbench.scoring import evaluate
+    from pcgbench.stages.scoring import evaluate
 
     try:
         return evaluate(task, fields.x, target.x, fields.cond, target.cond)

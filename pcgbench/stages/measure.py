@@ -12,17 +12,17 @@ from typing import Any
 
 import torch
 
-from pcgbench.budget import BUDGET_SECONDS_WARNING, duration
 from pcgbench.errors import PcgError
-from pcgbench.guard import guarded
-from pcgbench.log import logger
 from pcgbench.method import Method
-from pcgbench.outcomes import Sampled
-from pcgbench.plan import RunOptions, RunPlan
 from pcgbench.results.files import atomic_write
 from pcgbench.results.layout import samples_path
+from pcgbench.runtime.log import logger
+from pcgbench.runtime.timing import peak_memory_mb, reset_peak_memory, synchronize
+from pcgbench.stages.budget import BUDGET_SECONDS_WARNING, duration
+from pcgbench.stages.guard import guarded
+from pcgbench.stages.outcomes import Sampled
+from pcgbench.stages.plan import RunOptions, RunPlan
 from pcgbench.task import Task
-from pcgbench.timing import peak_memory_mb, reset_peak_memory, synchronize
 
 
 def check_samples(samples: torch.Tensor, task: Task, n: int, method: str,
@@ -56,7 +56,7 @@ def check_samples(samples: torch.Tensor, task: Task, n: int, method: str,
 def measure(plan: RunPlan, method: Method) -> Sampled:
     """The measurement stage: :func:`sample_and_time` over the test split of ``plan`` with
     the machine's load read before and after."""
-    from pcgbench.environment import machine_load
+    from pcgbench.runtime.environment import machine_load
 
     test = plan.task.dataset("test")
     logger.info("%s: sampling %d test conditions (batches of %d)", plan.where, len(test),

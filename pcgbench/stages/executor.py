@@ -1,8 +1,8 @@
 """Running jobs: a submitit executor (``local`` subprocesses, ``slurm``, or ``debug``
 in-process), at most ``max_parallel`` jobs at a time, each with its thread settings, a
 failure reported and the others going on, and a stop (SIGTERM, Ctrl-C) that cancels every
-job it started.  ``pcgbench sweep`` (:mod:`pcgbench.sweep`) and ``pcgbench tune``
-(:mod:`pcgbench.tune`) submit their jobs here."""
+job it started.  ``pcgbench sweep`` (:mod:`pcgbench.stages.sweep`) and ``pcgbench tune``
+(:mod:`pcgbench.stages.tune`) submit their jobs here."""
 
 from __future__ import annotations
 
@@ -91,10 +91,10 @@ def thread_environment(threads: int | None) -> Iterator[None]:
 def in_job(threads: int | None, fn: Callable[..., dict[str, Any]], *args: Any
            ) -> dict[str, Any]:
     """A job's entry point: at most ``threads`` torch/BLAS threads (restored after, for the
-    in-process debug executor), SIGTERM as a clean stop (:mod:`pcgbench.termination`;
+    in-process debug executor), SIGTERM as a clean stop (:mod:`pcgbench.runtime.termination`;
     submitit's job wrapper otherwise ignores SIGTERM), then :func:`guarded`."""
-    from pcgbench import termination
-    from pcgbench import threads as thread_policy
+    from pcgbench.runtime import termination
+    from pcgbench.runtime import threads as thread_policy
 
     previous = torch.get_num_threads()
     limits = contextlib.nullcontext()
@@ -199,7 +199,7 @@ def _children_stderr(executor: Any) -> Iterator[None]:
 
 def cancel(running: list[tuple[Job, Any]], log: Callable[[str], None] = print) -> None:
     """Cancel every job still in flight: a local job's controller gets SIGTERM, which it
-    forwards to the job (a clean stop there, :mod:`pcgbench.termination`; submitit's own
+    forwards to the job (a clean stop there, :mod:`pcgbench.runtime.termination`; submitit's own
     cancel sends SIGINT, a traceback per job), a cluster job its scheduler's cancel."""
     import signal
 

@@ -5,7 +5,7 @@ as ``--set`` makes), the tasks, and stages: every stage fits each of its candida
 every task and seed with the same budget (``iterations``), scores the fitted model on the
 **val split** (never test), and keeps the best ``keep`` candidates -- plus those it must
 always carry (today's default) -- for the next stage.  Fits go through the runner's
-checkpoint identity (:func:`pcgbench.runner.fit_only`), so runs are cached, resumable and
+checkpoint identity (:func:`pcgbench.stages.runner.fit_only`), so runs are cached, resumable and
 shared with ``pcgbench run``; jobs run on the sweep's executors (local, SLURM, debug).
 
 Score of one run: the task's headline metric (``Task.headline``, one that tells every
@@ -155,6 +155,18 @@ def get_study(name: str) -> Study:
     return known[name]()
 
 
+def budget_field(study: Study) -> str:
+    """The config field a stage's ``iterations`` sets: the studied method's declared
+    training budget (:attr:`pcgbench.method.MethodConfig.budget_field`)."""
+    from pcgbench.registry import METHODS
+
+    field_name = METHODS.get(study.method).Config.budget_field
+    if field_name is None:
+        raise PcgError(f"study {study.name!r}: method {study.method!r} declares no training "
+                       "budget (Config.budget_field) for a stage's updates to set")
+    return field_name
+
+
 # -- where results live -------------------------------------------------------------
 def study_dir(study: Study, results_dir: str | None) -> Path:
     from pcgbench.results.files import results_dir as default_results_dir
@@ -250,7 +262,7 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     from filelock import FileLock
 
     from pcgbench.results.files import atomic_write_json
-    from pcgbench.scoring import evaluate
+    from pcgbench.stages.scoring import evaluate
 
     v = val_version(task.name)
     path = root / "floors" / (f"{task.name}-{task.preset}-k{repeats}"
@@ -303,7 +315,7 @@ def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
 
     from pcgbench.results.files import atomic_write_json
     from pcgbench.sanity import FAKES, SANITY_SEED, STRUCTURE_FAKES, ratio_to_floor
-    from pcgbench.scoring import evaluate
+    from pcgbench.stages.scoring import evaluate
 
     headline = task.headline
     v = val_version(task.name)
@@ -349,11 +361,11 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
              ) -> dict[str, Any]:
     """Fit one candidate (the runner's checkpoint), score it on the val split, write its
     result file; an existing result is returned as is."""
-    from pcgbench import environment
-    from pcgbench.measure import sample_rows
     from pcgbench.results.files import atomic_write_json
-    from pcgbench.runner import RunOptions, fit_only
-    from pcgbench.scoring import evaluate, run_status
+    from pcgbench.runtime import environment
+    from pcgbench.stages.measure import sample_rows
+    from pcgbench.stages.runner import RunOptions, fit_only
+    from pcgbench.stages.scoring import evaluate, run_status
 
     study = get_study(study_name)
     stage = next(s for s in study.stages if s.name == stage_name)
@@ -365,7 +377,7 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
             return {"status": "exists", "detail": _detail(res), "seconds": 0.0}
         # scored before the task's headline existed: scored again (the fit is cached)
     t0 = time.perf_counter()
-    overrides = {**dict(study.base), **cand.config, "iterations": stage.iterations}
+    overrides = {**dict(study.base), **cand.config, budget_field(study): stage.iterations}
     opts = RunOptions(task=task_name, method=study.method, seed=seed, preset=preset,
                       device=device, overrides=overrides, results_dir=results_dir,
                       data_dir=data_dir, progress=False)
@@ -626,7 +638,7 @@ def verdict(res: StageResult) -> str:
 def plan_stage(study: Study, index: int, preset: str, results_dir: str | None,
                data_dir: str | None, device: str) -> tuple[list[Any], int]:
     """(the jobs of stage ``index`` still to run, results already present)."""
-    from pcgbench.executor import Job
+    from pcgbench.stages.executor import Job
 
     root = study_dir(study, results_dir)
     stage = study.stages[index]

@@ -13,15 +13,15 @@ from typing import Any
 import torch
 
 from pcgbench.errors import PcgError
-from pcgbench.guard import deadline_check, guarded
-from pcgbench.log import logger
 from pcgbench.method import FitStats, Method, RunContext
-from pcgbench.outcomes import Fitted
-from pcgbench.plan import RunOptions, RunPlan, resolve, seed_everything
 from pcgbench.results.checkpoints import check_state, load_checkpoint, save_checkpoint
 from pcgbench.results.files import ensure_writable
+from pcgbench.runtime.log import logger
+from pcgbench.runtime.timing import peak_memory_mb, reset_peak_memory
+from pcgbench.stages.guard import deadline_check, guarded
+from pcgbench.stages.outcomes import Fitted
+from pcgbench.stages.plan import RunOptions, RunPlan, resolve, seed_everything
 from pcgbench.task import Task
-from pcgbench.timing import peak_memory_mb, reset_peak_memory
 
 
 def prepare(method: Method, device: torch.device | None = None) -> Method:
@@ -77,7 +77,7 @@ def fit_or_load(method: Method, task: Task, ckpt: Path, opts: RunOptions,
         train = task.dataset("train")
         owner = f"method {method.name!r}"
         check_state(guarded(method.name, "state_dict", method.state_dict), owner)
-        updates = getattr(method.config, "iterations", None)
+        updates = method.config.training_updates()
         logger.info("%s/%s seed %d [%s]: fitting%s", task.name, method.name, opts.seed,
                     opts.preset, f" ({updates} updates)" if updates else "")
         t0 = time.perf_counter()
@@ -152,7 +152,7 @@ def fit(plan: RunPlan) -> Fitted:
     """The fit stage of ``plan``: its method fitted, or loaded from its verified checkpoint,
     with the fit's peak memory and the machine's load before and after.  A diverged fit
     raises :class:`~pcgbench.errors.TrainingDiverged`."""
-    from pcgbench.environment import machine_load
+    from pcgbench.runtime.environment import machine_load
 
     reset_peak_memory(plan.device)
     start = machine_load()

@@ -1,10 +1,10 @@
 """One run: plan -> data -> fit -> measure -> evaluate -> record.
 
-:func:`run` resolves the options once into a :class:`~pcgbench.plan.RunPlan` (identity,
+:func:`run` resolves the options once into a :class:`~pcgbench.stages.plan.RunPlan` (identity,
 paths, configs), checks the data and its reference floor, fits the method or loads its
-verified checkpoint (:mod:`pcgbench.fitting`), samples and times the test split
-(:mod:`pcgbench.measure`), evaluates it (:mod:`pcgbench.evaluation`) and writes one JSON
-run record atomically (:mod:`pcgbench.record_builder`).  Records are the source of truth
+verified checkpoint (:mod:`pcgbench.stages.fit`), samples and times the test split
+(:mod:`pcgbench.stages.measure`), evaluates it (:mod:`pcgbench.stages.evaluate`) and writes one JSON
+run record atomically (:mod:`pcgbench.stages.record`).  Records are the source of truth
 for every table; a run whose record exists is skipped unless ``force`` (free resume), and
 identical concurrent runs do the work once (a file lock on the record).
 
@@ -18,15 +18,18 @@ import dataclasses
 import time
 from pathlib import Path
 
-from pcgbench.budget import warn_budget
 from pcgbench.errors import PcgError, TrainingDiverged
-from pcgbench.evaluation import evaluate_diagnostic, evaluate_run
-from pcgbench.fitting import fit
-from pcgbench.guard import time_limit
-from pcgbench.measure import diagnostic_samples, measure, save_samples
-from pcgbench.outcomes import Evaluation, Fitted, Sampled
-from pcgbench.plan import RunOptions, RunPlan, record_path, resolve
-from pcgbench.record_builder import (
+from pcgbench.results.files import ensure_writable
+from pcgbench.results.record import RunRecord
+from pcgbench.results.store import read_record
+from pcgbench.stages.budget import warn_budget
+from pcgbench.stages.evaluate import evaluate_diagnostic, evaluate_run
+from pcgbench.stages.fit import fit
+from pcgbench.stages.guard import time_limit
+from pcgbench.stages.measure import diagnostic_samples, measure, save_samples
+from pcgbench.stages.outcomes import Evaluation, Fitted, Sampled
+from pcgbench.stages.plan import RunOptions, RunPlan, record_path, resolve
+from pcgbench.stages.record import (
     data_reference_record,
     failed_record,
     open_record,
@@ -35,13 +38,10 @@ from pcgbench.record_builder import (
     sanity_records,
     write_record,
 )
-from pcgbench.results.files import ensure_writable
-from pcgbench.results.record import RunRecord
-from pcgbench.results.store import read_record
 
 #: the public run API: a run, a fit alone, its options and where its record goes; every
-#: stage is imported from its own module (:mod:`pcgbench.plan`, :mod:`pcgbench.fitting`,
-#: :mod:`pcgbench.measure`, :mod:`pcgbench.evaluation`, :mod:`pcgbench.record_builder`)
+#: stage is imported from its own module (:mod:`pcgbench.stages.plan`, :mod:`pcgbench.stages.fit`,
+#: :mod:`pcgbench.stages.measure`, :mod:`pcgbench.stages.evaluate`, :mod:`pcgbench.stages.record`)
 __all__ = ["RunOptions", "fit_only", "record_path", "run"]
 
 
@@ -70,7 +70,7 @@ def rescorable(record: RunRecord, plan: RunPlan) -> bool:
     missing = set(plan.task.metrics) - set(record.metrics)
     if not missing or record.status != "ok" or not plan.checkpoint.exists():
         return False
-    from pcgbench.log import logger
+    from pcgbench.runtime.log import logger
 
     logger.info(f"re-scoring {plan.record_path.name} from its checkpoint: it lacks "
                 f"{', '.join(sorted(missing))}")
@@ -81,8 +81,8 @@ def _execute(plan: RunPlan) -> RunRecord:
     clock = prepare_data(plan)
     o = plan.options
     warn_budget(plan.task.name, plan.method.name, o.preset, o.results_dir,
-                getattr(plan.config, "iterations", None),
-                getattr(plan.default, "iterations", None))
+                plan.config.training_updates(), plan.default.training_updates(),
+                plan.config.budget_field)
     try:
         fitted = fit(plan)
     except TrainingDiverged as exc:  # a failed run is recorded, not scored

@@ -10,7 +10,7 @@
 
 A run whose record exists is skipped (rerunning a sweep finishes what is missing), an
 unsupported pair is listed and skipped, a failing job is reported and the others go on.
-Jobs are plain ``pcgbench.runner.run`` calls, so fits are preemptible
+Jobs are plain ``pcgbench.stages.runner.run`` calls, so fits are preemptible
 (``--checkpoint-every``): a requeued or rerun job resumes its partial checkpoint.
 """
 
@@ -27,7 +27,9 @@ import torch
 
 from pcgbench.config import parse_method_spec
 from pcgbench.errors import PcgError
-from pcgbench.executor import (
+from pcgbench.registry import METHODS, TASKS, load_plugin
+from pcgbench.results.layout import identity_name
+from pcgbench.stages.executor import (
     SWEEP_PID,
     ExecutorOptions,
     Job,
@@ -35,15 +37,13 @@ from pcgbench.executor import (
     make_executor,
     stop_on_sigterm,
 )
-from pcgbench.plan import (
+from pcgbench.stages.plan import (
     RunOptions,
     build_task,
     method_config,
     record_path,
     resolve,
 )
-from pcgbench.registry import METHODS, TASKS, load_plugin
-from pcgbench.results.layout import identity_name
 
 
 @dataclass
@@ -76,8 +76,8 @@ def data_job(task: str, preset: str, data_dir: str | None, plugins: Sequence[str
 
 def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
     """One ``pcgbench run``: its status and headline metric (what the summary prints)."""
-    from pcgbench.log import configure
-    from pcgbench.runner import run
+    from pcgbench.runtime.log import configure
+    from pcgbench.stages.runner import run
 
     if os.environ.get(SWEEP_PID) != str(os.getpid()):
         configure(verbose=True)  # timestamped phases in the job's log (SLURM, submitit)

@@ -13,10 +13,10 @@ from tqdm.auto import tqdm
 
 from pcgbench.config import LR_SCHEDULES  # noqa: F401 - re-exported
 from pcgbench.errors import TrainingDiverged
-from pcgbench.fitstate import FitStats, Resume  # noqa: F401 - Resume re-exported
-from pcgbench.log import logger
-from pcgbench.termination import until_terminated
-from pcgbench.timing import synchronize
+from pcgbench.runtime.log import logger
+from pcgbench.runtime.termination import until_terminated
+from pcgbench.runtime.timing import synchronize
+from pcgbench.training.state import FitStats, Resume  # noqa: F401 - Resume re-exported
 
 
 def lr_factor(step: int, iterations: int, schedule: str = "constant", warmup: int = 0,

@@ -36,7 +36,7 @@ def duration(seconds: float) -> str:
 
 
 def warn_budget(task: str, method: str, preset: str, results: str | None, iters: Any,
-                default: Any) -> None:
+                default: Any, field: str | None = "iterations") -> None:
     """Warn before a fit of ``iters`` updates far above the preset's ``default``: with the
     estimated time where a s/update of this (task, preset, method) is recorded.  (The
     runner passes its plan's fields; nothing here reads the plan.)"""
@@ -52,5 +52,5 @@ def warn_budget(task: str, method: str, preset: str, results: str | None, iters:
     estimate = ("" if spu is None else
                 f": ~{duration(iters * spu)} at the {spu:.3g} s/update recorded for "
                 f"{method} on {task} at {preset}")
-    warnings.warn(f"iterations={iters} is {ratio:.3g} x the {preset} default ({default})"
+    warnings.warn(f"{field}={iters} is {ratio:.3g} x the {preset} default ({default})"
                   f"{estimate}; --max-minutes bounds the run", stacklevel=2)

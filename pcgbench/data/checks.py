@@ -214,7 +214,7 @@ def require_file(path: Path, what: str, missing: str = "not found") -> Path:
 def available_memory() -> int | None:
     """Bytes of memory this process may still allocate (Linux MemAvailable); None where
     unknown (then no read is refused for its size)."""
-    from pcgbench.timing import free_memory_bytes
+    from pcgbench.runtime.timing import free_memory_bytes
 
     return free_memory_bytes(torch.device("cpu"))
 

@@ -1,7 +1,7 @@
 """The evaluation stage of a run: the samples scored against the test fields
-(:func:`pcgbench.scoring.evaluate`) and the run's status, and each diagnostic sampler's
+(:func:`pcgbench.stages.scoring.evaluate`) and the run's status, and each diagnostic sampler's
 samples scored the same way.  No sampling and no file written here: the samples come from
-the measurement stage (:mod:`pcgbench.measure`), the samples file is the runner's."""
+the measurement stage (:mod:`pcgbench.stages.measure`), the samples file is the runner's."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from typing import Any
 
 import torch
 
-from pcgbench.log import logger
-from pcgbench.outcomes import Evaluation, Fitted, Sampled
-from pcgbench.plan import RunPlan
-from pcgbench.scoring import evaluate, run_status
+from pcgbench.runtime.log import logger
+from pcgbench.stages.outcomes import Evaluation, Fitted, Sampled
+from pcgbench.stages.plan import RunPlan
+from pcgbench.stages.scoring import evaluate, run_status
 from pcgbench.task import Task
 
 
 def evaluate_diagnostic(task: Task, overrides: dict[str, Any], nfe: float,
                         samples: torch.Tensor) -> dict[str, Any]:
-    """One diagnostic sampler's result (:func:`pcgbench.measure.diagnostic_samples`),
+    """One diagnostic sampler's result (:func:`pcgbench.stages.measure.diagnostic_samples`),
     evaluated like the run against the test split: {overrides, nfe, metrics} (no metrics
     and a ``status`` for non-finite samples)."""
     if not bool(torch.isfinite(samples).all()):

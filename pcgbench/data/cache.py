@@ -20,9 +20,9 @@ import torch
 
 from pcgbench.errors import DataNotGenerated, PcgError
 from pcgbench.fields import SPLITS, FieldData, TaskSpec
-from pcgbench.log import generating, logger
 from pcgbench.presets import data_preset
 from pcgbench.results.files import atomic_write, config_hash, data_dir
+from pcgbench.runtime.log import generating, logger
 
 CACHE_VERSION = 1
 

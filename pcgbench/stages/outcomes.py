@@ -1,7 +1,7 @@
 """What each run stage returns -- the typed results the stages exchange (plan -> fit ->
-measure -> evaluate -> record): :class:`Fitted` (:mod:`pcgbench.fitting`),
-:class:`Sampled` (:mod:`pcgbench.measure`), :class:`Evaluation`
-(:mod:`pcgbench.evaluation`).  A stage imports the results it reads from here, never the
+measure -> evaluate -> record): :class:`Fitted` (:mod:`pcgbench.stages.fit`),
+:class:`Sampled` (:mod:`pcgbench.stages.measure`), :class:`Evaluation`
+(:mod:`pcgbench.stages.evaluate`).  A stage imports the results it reads from here, never the
 stage that produced them."""
 
 from __future__ import annotations

@@ -26,10 +26,8 @@ from typing import Any
 
 import torch
 
-from pcgbench import environment
 from pcgbench.config import apply_overrides, check_config, to_dict
 from pcgbench.errors import DataNotGenerated, PcgError, UnsupportedError
-from pcgbench.guard import guarded
 from pcgbench.method import Method, RunContext, method_lineage
 from pcgbench.paper.protocol import protocol_for, protocol_overrides
 from pcgbench.presets import check_preset
@@ -41,6 +39,8 @@ from pcgbench.results.identity import (
     record_extra,
     run_key,
 )
+from pcgbench.runtime import environment
+from pcgbench.stages.guard import guarded
 from pcgbench.task import Task
 
 #: the schema version every run key carries (``record_version``)
@@ -112,7 +112,7 @@ def seed_everything(seed: int) -> None:
 def build_task(opts: RunOptions) -> Task:
     task_cls = TASKS.get(opts.task)
     if opts.data_file and "{split}" not in opts.data_file:
-        from pcgbench.dataguard import path_kind
+        from pcgbench.data.checks import path_kind
 
         kind = path_kind(Path(opts.data_file).expanduser())
         if kind == "missing":
@@ -302,7 +302,7 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def data_label(task: Task) -> str | None:
     """``data=<file name>@<first 8 hex digits of its content digest>`` (None without a
     --data-file): two files of one name but other contents are two columns."""
-    from pcgbench.dataguard import data_digest
+    from pcgbench.data.checks import data_digest
 
     digest = data_digest(task)
     if digest is None:

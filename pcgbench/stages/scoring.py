@@ -1,8 +1,8 @@
 """Scoring: every metric of a task on samples against reference fields (each checked
 against its declared bounds), the data reference's own metrics (the floor), and a run's
 status (``ok`` / ``diverged`` / ``invalid``) from its fit and samples.  Pure functions of
-tensors and fit statistics; the evaluation stage of a run (:mod:`pcgbench.evaluation`),
-the data floor and sanity rows (:mod:`pcgbench.record_builder`) and ``tune`` score with
+tensors and fit statistics; the evaluation stage of a run (:mod:`pcgbench.stages.evaluate`),
+the data floor and sanity rows (:mod:`pcgbench.stages.record`) and ``tune`` score with
 them."""
 
 from __future__ import annotations
@@ -119,8 +119,8 @@ def loss_growth(losses: list[float]) -> float:
 def config_problem(config: Any) -> str | None:
     """Why a run of ``config`` is recorded ``invalid`` whatever it produces (a config that
     trains or samples nothing), or None; ``show-config`` says the same."""
-    for name in ("iterations", "steps"):
-        if getattr(config, name, None) == 0:
+    for name in (getattr(config, "budget_field", None), "steps"):
+        if name and getattr(config, name, None) == 0:
             return f"the config trains or samples nothing ({name}=0)"
     return None
 
