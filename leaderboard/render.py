@@ -3,7 +3,8 @@
 :class:`TaskTable` as markdown (the table, its notes, then its remarks), LaTeX (everything
 inside the float), long CSV (one frame for many tables, with task and preset columns) or
 the HTML report's table; a :class:`LayoutTable` (a suite, an ablation) in any of the
-three text formats.  No other module formats a table."""
+three text formats; a command's own text cells (:func:`text_table`).  No other module
+formats a table."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def tabular(grid: Grid, fmt: str) -> str:
              for labels, row in grid.rows]
     return tabulate(cells, headers=[esc(h) for h in grid.headers],
                     tablefmt="pipe" if fmt == "md" else "latex_raw", disable_numparse=True)
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str = "md") -> str:
+    """A table of cells a command has already formatted as text (``tune``'s stage table,
+    ``reproduce``'s agreement, the paper's cost table): a markdown pipe table ('md', cells
+    escaped) or CSV ('csv', as :func:`to_csv` writes every CSV)."""
+    if fmt == "csv":
+        return to_csv(pd.DataFrame([list(r) for r in rows], columns=list(headers)))
+    if fmt != "md":
+        raise ValueError(f"text_table: unknown format {fmt!r} (md, csv)")
+    grid = Grid(title="", headers=tuple(headers),
+                rows=tuple(((), tuple(Cell(text=c) for c in r)) for r in rows))
+    return tabular(grid, "md")
 
 
 def grid_markdown(grid: Grid) -> str:

@@ -163,6 +163,8 @@ def estimate(jobs: Iterable[tuple[str, str, str]], preset: str, rows: list[CostR
 def markdown(rows: list[CostRow], seeds: int = 3) -> str:
     """docs/paper_cost.md: per preset and device kind, the table of hours per (task,
     method) and seed with the measured s/update and s/sample, and the matrix's total."""
+    from pcgbench.leaderboard.render import text_table
+
     out = ["# Paper-scale cost table", "",
            "Seconds per optimizer update and per sample measured by a short probe "
            "(`benchmarks/paper_cost.py`), extrapolated to the preset's full budget: "
@@ -187,21 +189,21 @@ def markdown(rows: list[CostRow], seeds: int = 3) -> str:
         out += [f"- probe: {n}" for n in notes[:3]]
         if len(notes) > 3:
             out.append(f"- ({len(notes) - 3} more probe descriptions in the CSV)")
-        out += ["", "| task | method | s/update | updates | fit h | s/sample | test rows | "
-                    "sample h | h per seed |", "|---|---|---|---|---|---|---|---|---|"]
         total = 0.0
         missing = []
+        table = []
         for r in rs:
-            cells = [r.task, r.method,
-                     "" if r.s_per_update is None else f"{r.s_per_update:.4g}",
-                     str(r.updates or ""), _h(r.fit_hours),
-                     "" if r.s_per_sample is None else f"{r.s_per_sample:.4g}",
-                     str(r.n_test or ""), _h(r.sample_hours), _h(r.total_hours)]
-            out.append("| " + " | ".join(cells) + " |")
+            table.append([r.task, r.method,
+                          "" if r.s_per_update is None else f"{r.s_per_update:.4g}",
+                          str(r.updates or ""), _h(r.fit_hours),
+                          "" if r.s_per_sample is None else f"{r.s_per_sample:.4g}",
+                          str(r.n_test or ""), _h(r.sample_hours), _h(r.total_hours)])
             if r.total_hours != r.total_hours:
                 missing.append(f"{r.task}/{r.method}")
             else:
                 total += r.total_hours * (1 if r.method == "data" else seeds)
+        out += ["", text_table(["task", "method", "s/update", "updates", "fit h", "s/sample",
+                                "test rows", "sample h", "h per seed"], table)]
         out += ["", f"Total for the matrix above at {seeds} seed(s) per (task, method), data "
                     f"once per task: **{total:.3g} {'GPU-' if kind == 'cuda' else ''}hours**"
                     + (f" (not priced: {', '.join(missing)})" if missing else "") + ".", ""]

@@ -212,3 +212,17 @@ def test_every_name_imported_from_pcgbench_exists():
                     except ImportError:
                         bad.append(f"{where}: {node.module}.{alias.name}")
     assert bad == []
+
+
+def test_every_table_is_formatted_by_the_leaderboard_s_renderer():
+    """Only ``leaderboard/render.py`` (and its text helpers) format a table: no other module
+    imports ``tabulate`` (a command's own cells go through ``render.text_table``)."""
+    allowed = {"pcgbench.leaderboard.render", "pcgbench.leaderboard.text"}
+    users = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "tabulate" for n in names) and name not in allowed:
+                users.append(name)
+    assert users == []

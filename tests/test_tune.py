@@ -10,9 +10,14 @@ import pytest
 
 from pcgbench.cli import main
 from pcgbench.errors import PcgError
+from pcgbench.leaderboard.render import text_table
 from pcgbench.stages import tune
 from pcgbench.stages.tune import Stage, Study, grid
 from pcgbench.task import Task
+
+
+def _text(table: tune.StageTable) -> str:
+    return table.caption + "\n" + text_table(table.headers, table.rows)
 
 
 def _study() -> Study:
@@ -115,7 +120,7 @@ def test_a_failed_run_ranks_last_and_is_named(tiny):
     res = tune.summarize(tiny, stage, {"x": [bad], "y": [ok]}, 0)
     assert [r["candidate"] for r in res.rows] == ["y", "x"]
     assert res.rows[1]["failed"] == ["burgers/seed0: diverged"]
-    assert "failed" in tune.render(tiny, res, "smoke")
+    assert "failed" in _text(tune.stage_table(tiny, res, "smoke"))
 
 
 def _res(task: str, seed: int, headline: float, fakes: dict[str, float]) -> dict:
@@ -139,7 +144,7 @@ def test_a_task_whose_sanity_rows_stay_near_the_val_floor_is_left_out_of_the_sco
     assert res.blind == {"darcy": "phase 1.3x"}
     assert [r["candidate"] for r in res.rows] == ["x1", "x2"]
     assert res.rows[0]["score"] == pytest.approx(1.51, rel=1e-2)  # burgers alone
-    assert "Not in the score" in tune.render(study, res, "cpu")
+    assert "Not in the score" in _text(tune.stage_table(study, res, "cpu"))
     text = tune.verdict(res)
     assert text.startswith("best: x1") and "beats it" not in text
     # the choice beaten by a sanity row on a task that ranks: named, not hidden

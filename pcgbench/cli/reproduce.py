@@ -113,10 +113,9 @@ def run(args: argparse.Namespace) -> int:
                        if spread is None else f"DIFFERS (beyond the seed spread {spread:.3g})")
             bad += 1
         rows.append((metric, f"{float(p):.6g}", f"{float(v):.6g}", verdict))
-    from tabulate import tabulate
+    from pcgbench.leaderboard.render import text_table
 
-    print(tabulate(rows, headers=["metric", "published", "here", "agreement"],
-                   tablefmt="github"))
+    print(text_table(["metric", "published", "here", "agreement"], rows))
     print(f"{len(rows) - bad} of {len(rows)} metrics agree" + (
         "" if not bad else f"; {bad} differ beyond the published cell's seed spread"))
     return 1 if bad else 0

@@ -10,6 +10,9 @@ from pathlib import Path
 from pcgbench.cli._common import add_common
 from pcgbench.errors import PcgError
 
+if typing.TYPE_CHECKING:
+    from pcgbench.stages.tune import Study
+
 
 def add_parser(sub: typing.Any) -> None:
     from pcgbench.stages.tune import studies
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         stop_on_sigterm,
     )
     from pcgbench.stages.sweep import data_job
-    from pcgbench.stages.tune import get_study, plan_stage, study_dir, write_summary
+    from pcgbench.stages.tune import get_study, plan_stage, study_dir
 
     check_preset(args.preset)
     study = get_study(args.study)
@@ -117,3 +120,19 @@ def run(args: argparse.Namespace) -> int:
                                "cause and rerun (finished results are kept)")
         print(write_summary(study, i, args.preset, results))
     return int(failed > 0)
+
+
+def write_summary(study: Study, index: int, preset: str, results_dir: str) -> str:
+    """Stage ``index``'s table and verdict, written beside its results (``.md``, ``.csv``);
+    returns the markdown."""
+    from pcgbench.leaderboard.render import text_table
+    from pcgbench.results.files import atomic_write
+    from pcgbench.stages.tune import stage_summary
+
+    table, verdict, base = stage_summary(study, index, preset, results_dir)
+    md = f"{table.caption}\n\n{text_table(table.headers, table.rows)}\n\n{verdict}\n"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(base.with_suffix(".md"), lambda p: p.write_text(md))
+    atomic_write(base.with_suffix(".csv"),
+                 lambda p: p.write_text(text_table(table.headers, table.rows, "csv")))
+    return md

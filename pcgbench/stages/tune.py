@@ -538,10 +538,20 @@ def stage_candidates(study: Study, root: Path, preset: str, index: int) -> list[
     return [study.candidate(n) for n in keep]
 
 
-def render(study: Study, res: StageResult, preset: str, fmt: str = "md") -> str:
-    """The stage's table (markdown or CSV) with what its data are."""
-    from tabulate import tabulate
+@dataclass(frozen=True)
+class StageTable:
+    """A stage's table as text cells (formatted by :func:`pcgbench.leaderboard.render.
+    text_table`): what its data are (``caption``), ``headers`` and ``rows``."""
 
+    caption: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+def stage_table(study: Study, res: StageResult, preset: str) -> StageTable:
+    """The stage's table with what its data are: per candidate the score, each task's
+    headline, WD and ED over the val floor (mean ± std over seeds), the per-seed scores
+    and the failed runs."""
     stage = res.stage
     head = (["candidate", "score"] + [f"{t} {headline_of(t)}/floor" for t in study.tasks]
             + [f"{t} WD/floor" for t in study.tasks] + [f"{t} ED/floor" for t in study.tasks]
@@ -555,23 +565,13 @@ def render(study: Study, res: StageResult, preset: str, fmt: str = "md") -> str:
 
     body = []
     for r in res.rows:
-        name = r["candidate"] if fmt == "csv" else r["candidate"].replace("|", "\\|")
-        body.append([name, "missing" if not r["runs"] else "failed"
-                     if not math.isfinite(r["score"]) else f"{r['score']:.3g}"]
-                    + [cell(r[f"{t}:headline"]) for t in study.tasks]
-                    + [cell(r[f"{t}:wd"]) for t in study.tasks]
-                    + [cell(r[f"{t}:energy"]) for t in study.tasks]
-                    + [" ".join(f"{s:.3g}" for s in r["seed_scores"]),
-                       "; ".join(r["failed"])])
-    if fmt == "csv":
-        import csv
-        import io
-
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(head)
-        w.writerows(body)
-        return buf.getvalue()
+        body.append(tuple([r["candidate"], "missing" if not r["runs"] else "failed"
+                           if not math.isfinite(r["score"]) else f"{r['score']:.3g}"]
+                          + [cell(r[f"{t}:headline"]) for t in study.tasks]
+                          + [cell(r[f"{t}:wd"]) for t in study.tasks]
+                          + [cell(r[f"{t}:energy"]) for t in study.tasks]
+                          + [" ".join(f"{s:.3g}" for s in r["seed_scores"]),
+                             "; ".join(r["failed"])]))
     caption = (f"Study {study.name}, stage {stage.name} ({study.method}, preset {preset}, "
                f"{stage.iterations} updates, seeds {', '.join(map(str, stage.seeds))}, "
                f"tasks {', '.join(study.tasks)}): scored on the VAL split, "
@@ -593,7 +593,7 @@ def render(study: Study, res: StageResult, preset: str, fmt: str = "md") -> str:
     if sanity:
         caption += (" Sanity rows on the val split (the fake closest to the data, its "
                     "headline over the floor): " + "; ".join(sanity) + ".")
-    return caption + "\n\n" + tabulate(body, headers=head, tablefmt="github")
+    return StageTable(caption, tuple(head), tuple(body))
 
 
 def verdict(res: StageResult) -> str:
@@ -656,20 +656,14 @@ def plan_stage(study: Study, index: int, preset: str, results_dir: str | None,
     return jobs, present
 
 
-def write_summary(study: Study, index: int, preset: str, results_dir: str | None) -> str:
-    """Render stage ``index``'s table and verdict, write them next to the results, and
-    return the markdown."""
-    from pcgbench.results.files import atomic_write
-
+def stage_summary(study: Study, index: int, preset: str, results_dir: str | None
+                  ) -> tuple[StageTable, str, Path]:
+    """Stage ``index``'s table, its verdict and where its summary files go (``.md`` and
+    ``.csv`` beside the results; ``pcgbench tune`` renders and writes them)."""
     root = study_dir(study, results_dir)
     stage = study.stages[index]
     cands = stage_candidates(study, root, preset, index)
     found, missing = load_results(study, root, preset, stage, cands)
     res = summarize(study, stage, found, missing)
-    md = render(study, res, preset) + "\n\n" + verdict(res) + "\n"
     base = root / preset / f"summary-stage{stage.name}"
-    base.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(base.with_suffix(".md"), lambda p: p.write_text(md))
-    atomic_write(base.with_suffix(".csv"),
-                 lambda p: p.write_text(render(study, res, preset, "csv")))
-    return md
+    return stage_table(study, res, preset), verdict(res), base
