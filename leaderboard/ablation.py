@@ -30,7 +30,7 @@ from pcgbench.leaderboard.model import Cell, Grid, LayoutTable
 from pcgbench.leaderboard.render import layout_text
 from pcgbench.leaderboard.tables import REPORTED_CAPTION, is_ok, status_of
 from pcgbench.paper.reported import reported_csv
-from pcgbench.registry import TASKS
+from pcgbench.registry import TASKS, Registry
 from pcgbench.results.record import RunRecord, as_records
 
 
@@ -156,13 +156,14 @@ def _one_step() -> AblationLayout:
             default_has=True),))
 
 
-ABLATIONS = {"one_step": _one_step}
+#: the ablation layouts by name (a factory each)
+ABLATIONS: Registry[Callable[[], AblationLayout]] = Registry(
+    "ablation", "pcgbench.ablations", listed=False)
+ABLATIONS.add("one_step", _one_step)
 
 
 def ablation_layout(name: str) -> AblationLayout:
-    if name not in ABLATIONS:
-        raise PcgError(f"unknown ablation {name!r}; available: {', '.join(ABLATIONS)}")
-    return ABLATIONS[name]()
+    return ABLATIONS.get(name)()
 
 
 def column_label(value: str) -> str:

@@ -25,7 +25,7 @@ from pcgbench.leaderboard.model import Cell, Grid, LayoutTable
 from pcgbench.leaderboard.render import layout_text
 from pcgbench.leaderboard.tables import REPORTED_CAPTION, group_records, summary_frame
 from pcgbench.paper.reported import method_key, method_label, reported_csv
-from pcgbench.registry import METRICS, TASKS
+from pcgbench.registry import METRICS, TASKS, Registry
 from pcgbench.results.record import RunRecord, as_records
 
 #: metric name -> (row label, display unit: the table shows value / unit)
@@ -55,8 +55,8 @@ class SuiteLayout:
     reported: str
 
 
-SUITES: dict[str, SuiteLayout] = {
-    "constrained_pde": SuiteLayout(
+SUITES: Registry[SuiteLayout] = Registry("suite", "pcgbench.suites", listed=False)
+SUITES.add("constrained_pde", SuiteLayout(
         datasets=(("heat", "Heat"), ("navier_stokes", "Navier-Stokes"),
                   ("reaction_diffusion_ic", "Reaction-Diffusion IC"),
                   ("burgers_bc", "Burgers BC"), ("burgers_ic", "Burgers IC")),
@@ -64,14 +64,10 @@ SUITES: dict[str, SuiteLayout] = {
                  ("D-Flow", "dflow"), ("ECI", "eci"), ("PCFM", "pcfm"), ("PBFM", "pbfm"),
                  ("PMosFM", "pmosfm")),
         reported="constrained_pde_suite",
-    ),
-}
-
+    ))
 
 def suite_layout(name: str) -> SuiteLayout:
-    if name not in SUITES:
-        raise PcgError(f"unknown suite {name!r}; available: {', '.join(SUITES)}")
-    return SUITES[name]
+    return SUITES.get(name)
 
 
 def row_label(metric: str) -> str:

@@ -366,7 +366,7 @@ REPORTED_CAPTION = "Reported in the paper (authors' data and GPU; not measured h
 
 #: the shared backbones of the sampling-time methods, and how far above the data floor
 #: their WD may lie before a table calls them under-trained
-BACKBONES = ("fm_ot", "ffm")
+SHARED_BACKBONES = ("fm_ot", "ffm")
 UNDERTRAINED_RATIO = 2.0
 
 
@@ -458,9 +458,9 @@ def backbone_notes(mean: pd.DataFrame, preset: str, shown: set[str] | None = Non
 
     notes = [f"note: the shared backbone {bb} is under-trained at preset {preset!r}: "
              f"{over(bb)} the data floor (> {UNDERTRAINED_RATIO:g}x); every sampling-time "
-             f"method inherits it{diagnosed(bb)}" for bb in BACKBONES if over(bb)]
+             f"method inherits it{diagnosed(bb)}" for bb in SHARED_BACKBONES if over(bb)]
     far = [(c, over(c)) for c in ratios
-           if c not in BACKBONES and (shown is None or c in shown) and over(c)]
+           if c not in SHARED_BACKBONES and (shown is None or c in shown) and over(c)]
     if far:
         notes.append(f"note: above {UNDERTRAINED_RATIO:g}x the data floor at preset "
                      f"{preset!r} (these samples do not match the data's distribution; "

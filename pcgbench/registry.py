@@ -1,8 +1,11 @@
-"""One generic typed registry for tasks, methods and metrics.
+"""One generic typed registry for every named collection: tasks, methods, metrics and
+the analytic studies here; the one-step objectives (``methods.onestep.OBJECTIVES``), the
+normalizers (``task.NORMALIZERS``), ``tune``'s studies (``stages.tune.TUNE_STUDIES``), the
+suites and ablations (``leaderboard``) where they are declared.
 
-Entries are registered by decorator (``@METHODS.register("fm_ot")``), lazily as a
-``"module:attr"`` string (imported on first use), or discovered from the entry-point
-groups ``pcgbench.tasks`` / ``pcgbench.methods`` / ``pcgbench.metrics`` of installed
+Entries are registered by decorator (``@METHODS.register("fm_ot")``), with ``add``, lazily
+as a ``"module:attr"`` string (imported on first use), or discovered from the entry-point
+groups ``pcgbench.tasks`` / ``pcgbench.methods`` / ``pcgbench.metrics`` / ... of installed
 third-party packages. Unknown names get a one-line error with the closest matches.
 """
 
@@ -26,11 +29,13 @@ class Registry(Generic[T]):
     """Name -> object mapping with lazy entries and did-you-mean errors."""
 
     def __init__(self, kind: str, entry_point_group: str, builtin_modules: tuple[str, ...] = (),
-                 base: str | None = None):
+                 base: str | None = None, listed: bool = True):
         #: ``"module:Class"`` every registered class must subclass (checked on add, as
         #: lm-eval's registry does); resolved lazily to avoid import cycles
         self.base = base
         self.kind = kind
+        #: ``pcgbench list <kind>s`` lists it (else an unknown name's error lists the names)
+        self.listed = listed
         self.entry_point_group = entry_point_group
         self._builtin_modules = builtin_modules
         self._objects: dict[str, T] = {}
@@ -122,9 +127,9 @@ class Registry(Generic[T]):
             return self._objects[name]
         close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-        raise UnknownNameError(
-            f"unknown {self.kind} {name!r}; {hint}see `pcgbench list {self.kind}s` for all"
-        )
+        where = (f"see `pcgbench list {self.kind}s` for all" if self.listed
+                 else f"known: {', '.join(self.names()) or 'none'}")
+        raise UnknownNameError(f"unknown {self.kind} {name!r}; {hint}{where}")
 
     def lookup(self, name: str) -> T | None:
         """``get`` without the error: None for an unknown name or one that cannot load."""
@@ -132,6 +137,13 @@ class Registry(Generic[T]):
             return self.get(name) if name in self else None
         except PcgError:
             return None
+
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
+    def items(self) -> list[tuple[str, T]]:
+        """Every entry, loaded (lazy ones imported), by name."""
+        return [(n, self.get(n)) for n in self.names()]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()

@@ -22,6 +22,7 @@ import torch
 from pcgbench.errors import PcgError
 from pcgbench.fields import SPLITS, FieldData, TaskSpec  # noqa: F401 - re-exported
 from pcgbench.presets import check_preset, data_preset
+from pcgbench.registry import Registry
 
 if TYPE_CHECKING:
     from pcgbench.charts.base import Chart
@@ -226,9 +227,12 @@ class LogChannelNormalizer(Normalizer):
         return {"mean": self.mean, "std": self.std, "channel": torch.tensor(self.channel)}
 
 
-NORMALIZERS: dict[str, type[Normalizer]] = {"channel": Normalizer, "mean_mode": MeanModeNormalizer,
-                                            "capped": CappedNormalizer,
-                                            "log": LogChannelNormalizer}
+#: the normalizers a task's ``normalizer_kind`` names
+NORMALIZERS: Registry[type[Normalizer]] = Registry(
+    "normalizer", "pcgbench.normalizers", base="pcgbench.task:Normalizer", listed=False)
+for _kind, _cls in (("channel", Normalizer), ("mean_mode", MeanModeNormalizer),
+                    ("capped", CappedNormalizer), ("log", LogChannelNormalizer)):
+    NORMALIZERS.add(_kind, _cls)
 
 
 @dataclass(frozen=True)

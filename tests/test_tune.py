@@ -32,7 +32,7 @@ def _study() -> Study:
 
 @pytest.fixture
 def tiny(monkeypatch):
-    monkeypatch.setitem(tune.TUNE_STUDIES, "tiny", _study)
+    monkeypatch.setitem(tune.TUNE_STUDIES._objects, "tiny", _study)
     return _study()
 
 

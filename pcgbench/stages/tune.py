@@ -43,6 +43,7 @@ import torch
 
 from pcgbench.errors import PcgError, TrainingDiverged
 from pcgbench.fields import FieldData
+from pcgbench.registry import Registry
 
 #: real-data draws averaged for a task's val floor
 FLOOR_DRAWS = 8
@@ -115,44 +116,30 @@ def grid(knobs: dict[str, dict[str, dict[str, Any]]]) -> tuple[Candidate, ...]:
     return tuple(out)
 
 
-#: the declared studies, by name (a factory each); the paper's live in
-#: :mod:`pcgbench.paper.tuning`, registered by :func:`register_study` when it is imported
-#: (the command line imports it before it reads this)
-TUNE_STUDIES: dict[str, Callable[[], Study]] = {}
-
-
-def register_study(factory: Callable[[], Study]) -> Callable[[], Study]:
-    """Declare a study (a decorator): ``factory()`` is built once to read its name."""
-    name = factory().name
-    if name in TUNE_STUDIES and TUNE_STUDIES[name] is not factory:
-        raise PcgError(f"study {name!r} is declared twice")
-    TUNE_STUDIES[name] = factory
-    return factory
-
-
 #: modules that declare studies (imported by name, as plug-ins are, before a study is
 #: looked up: in the command's process and in every job's)
 STUDY_MODULES = ("pcgbench.paper.tuning",)
 
+#: the declared studies, by name (a factory each); the paper's live in
+#: :mod:`pcgbench.paper.tuning`, registered by :func:`register_study` when it is imported
+#: (the registry imports :data:`STUDY_MODULES` before its first lookup)
+TUNE_STUDIES: Registry[Callable[[], Study]] = Registry(
+    "tune study", "pcgbench.tune_studies", STUDY_MODULES, listed=False)
+
+
+def register_study(factory: Callable[[], Study]) -> Callable[[], Study]:
+    """Declare a study (a decorator): ``factory()`` is built once to read its name."""
+    TUNE_STUDIES.add(factory().name, factory)
+    return factory
+
 
 def studies() -> dict[str, Callable[[], Study]]:
-    """Every declared study by name (:data:`STUDY_MODULES` imported first)."""
-    import importlib
-
-    for module in STUDY_MODULES:
-        importlib.import_module(module)
-    return TUNE_STUDIES
+    """Every declared study by name."""
+    return dict(TUNE_STUDIES.items())
 
 
 def get_study(name: str) -> Study:
-    import difflib
-
-    known = studies()
-    if name not in known:
-        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise PcgError(f"unknown study {name!r}{hint}; studies: {', '.join(known)}")
-    return known[name]()
+    return TUNE_STUDIES.get(name)()
 
 
 def budget_field(study: Study) -> str:
