@@ -35,7 +35,6 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.config import parse_assignments, to_dict
     from pcgbench.presets import check_preset
     from pcgbench.results.files import config_hash
-    from pcgbench.results.identity import run_key
     from pcgbench.stages.plan import RunOptions, resolve
     from pcgbench.stages.scoring import config_problem
 
@@ -43,12 +42,12 @@ def run(args: argparse.Namespace) -> int:
     opts = RunOptions(task=args.task, method=args.method, preset=args.preset,
                       overrides=parse_assignments(args.set), chart=args.chart,
                       progress=False, device="cpu")
-    plan = resolve(opts)  # built on the CPU; the identity names the asked --device
+    # built on the CPU; the identity names the asked --device
+    plan = resolve(opts, identity_device=torch.device(args.device))
     method, variant = plan.method, plan.variant
-    key = run_key(plan.task, method, opts, torch.device(args.device))
     print(f"# {args.task}/{args.method} preset {args.preset}: "
           f"{'default column' if variant is None else f'variant [{variant}]'}; "
-          f"config hash {config_hash(key)}")
+          f"config hash {config_hash(plan.key)}")
     print(json.dumps(to_dict(method.config), indent=2, sort_keys=True))
     problem = config_problem(method.config)
     if problem is not None:

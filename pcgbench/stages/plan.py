@@ -373,14 +373,17 @@ class RunPlan:
 
 
 def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = None,
-            device: torch.device | None = None) -> RunPlan:
+            device: torch.device | None = None,
+            identity_device: torch.device | None = None) -> RunPlan:
     """The plan of ``opts``.  A run (``planning`` False) checks the options
     (:func:`check_options`), seeds the RNGs and builds the
     method on the run's device (its networks initialised from the seed), with its
     :class:`RunContext`; planning builds on the CPU, leaves ``task`` in planning mode and
     may return a :class:`MethodIdentity`.  ``task`` reuses an already built task (a
-    sweep plans many runs of one); ``device`` overrides ``opts.device`` for the identity
-    (``show-config --device``)."""
+    sweep plans many runs of one); ``device`` overrides ``opts.device`` (the pretrained
+    run of a fit: the caller's device); ``identity_device``: the key names this device's
+    kind while the method is built on ``opts.device`` (``show-config --device``, which
+    builds on the CPU)."""
     if not planning:
         check_options(opts)
     dev = device if device is not None else environment.resolve_device(opts.device)
@@ -396,7 +399,7 @@ def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = Non
         method = _construct(method_cls, task, config, dev)
         method.context = run_context(opts)
     root = default_results_dir(opts.results_dir)
-    key = run_key(task, method, opts, dev)
+    key = run_key(task, method, opts, identity_device or dev)
     extra = record_extra(opts)
     path = layout.record_path(root, key, extra)
     ckpt = layout.checkpoint_path(root, fit_key(key, method.config))
