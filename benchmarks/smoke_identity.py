@@ -128,10 +128,17 @@ def snapshot(code: Path, records: Path, tables_from: Path, out: Path) -> None:
     print(f"snapshot of {code} -> {out}")
 
 
-def diff(a: Path, b: Path) -> int:
+def diff(a: Path, b: Path, subset: bool = False) -> int:
+    """Every record and table of ``a`` against ``b``; ``subset``: ``b`` is a sweep of part
+    of ``a``'s matrix (a cheaper check), so only the records ``b`` holds are compared and
+    the count of those left out is printed."""
     bad = 0
     ra, rb = ({k: normalized(r) for k, r in json.loads((p / "records.json").read_text()).items()}
               for p in (a, b))
+    left_out = 0
+    if subset:
+        left_out = len(set(ra) - set(rb))
+        ra = {k: v for k, v in ra.items() if k in rb}
     for key in sorted(set(ra) | set(rb)):
         if key not in ra or key not in rb:
             print(f"record {key}: only in {'after' if key not in ra else 'before'}")
@@ -153,7 +160,9 @@ def diff(a: Path, b: Path) -> int:
                                          pb.read_text().splitlines(), lineterm="", n=0)
             print(f"table {name} differs:\n" + "\n".join(list(lines)[2:12]))
             bad += 1
-    print(f"{len(ra)} records, {len(names)} tables compared: {bad} difference(s)")
+    print(f"{len(ra)} records, {len(names)} tables compared: {bad} difference(s)"
+          + (f" ({left_out} records of the before snapshot not in the after sweep: "
+             "--subset)" if subset else ""))
     return 1 if bad else 0
 
 
@@ -169,12 +178,15 @@ def main() -> int:
     dif = sub.add_parser("diff", help="compare two snapshots (exit 1 on a difference)")
     dif.add_argument("before", type=Path)
     dif.add_argument("after", type=Path)
+    dif.add_argument("--subset", action="store_true",
+                     help="the after sweep covers part of the matrix (e.g. --tasks burgers "
+                          "darcy): compare only its records")
     args = parser.parse_args()
     if args.command == "snapshot":
         snapshot(args.code.resolve(), args.records.resolve(), args.tables_from.resolve(),
                  args.out.resolve())
         return 0
-    return diff(args.before, args.after)
+    return diff(args.before, args.after, args.subset)
 
 
 if __name__ == "__main__":
