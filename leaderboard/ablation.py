@@ -1,6 +1,8 @@
-"""Ablation tables in the paper's layout (``pcgbench leaderboard --ablation NAME``).
+"""Ablation tables in a paper's layout (``pcgbench leaderboard --ablation NAME``): the
+generic machinery; the layouts themselves are declared by the paper
+(:mod:`pcgbench.paper.ablations`).
 
-``one_step`` reproduces the paper's "One-step-core ablation within PMosFM" table (Sec.
+``one_step`` (the PMosFM paper's) reproduces the paper's "One-step-core ablation within PMosFM" table (Sec.
 "Ablation study"): rows benchmarks, columns PMosFM's one-step objectives in the paper's
 order (MeanFlow, iMF, W-Flow, Drifting, SoFlow, Shortcut, native), cells our measured
 ``energy`` (mean ± std over seeds) of the ``pmosfm`` runs with ``--set objective=X``
@@ -65,6 +67,8 @@ class AblationLayout:
     values: tuple[str, ...]
     reported: tuple[str, str]
     changes: tuple[SharedChange, ...] = ()
+    #: a value's column name in the paper (e.g. an objective's ``paper_label``)
+    column_label: Callable[[str], str] = str
 
     def change(self, name: str) -> SharedChange:
         """The shared change called ``name`` (one line naming the others otherwise)."""
@@ -127,52 +131,14 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return a.keys() == b.keys() and all(norm(a[k]) == norm(b[k]) for k in a)
 
 
-def _native_draws() -> dict[str, Any]:
-    """Native's chosen time draws as config fields (docs/protocols.md "Time draws")."""
-    from pcgbench.methods.onestep import OBJECTIVES
-
-    draws = OBJECTIVES.get("native").default_draws
-    assert draws is not None
-    return draws.as_config()
-
-
-def _one_step() -> AblationLayout:
-    from pcgbench.methods.onestep import PAPER_ORDER
-
-    return AblationLayout(
-        method="pmosfm", method_label="PMosFM", field="objective", default="native",
-        metric="energy",
-        benchmarks=(("burgers", "Burgers", "burgers"),
-                    ("dynamic_stall", "Dynamic Stall", "dynamic_stall"),
-                    ("darcy", "Darcy Flow", "darcy"),
-                    ("kf_reconstruction", "KF Reconstruction", "kf_reconstruction"),
-                    ("kf_generation", "KF Generation", "kf_generation"),
-                    ("hit_reconstruction", "Turbulence Reconstruction", "hit_reconstruction"),
-                    ("hit_forecasting", "Turbulence Forecasting", "hit_forecasting")),
-        values=PAPER_ORDER, reported=("one_step_ablation_energy_distance", "energy_distance"),
-        changes=(SharedChange(
-            "native_draws", "every objective that draws (s, t) takes the time draws chosen "
-            "for native (docs/protocols.md 'Time draws')", _native_draws,
-            default_has=True),))
-
-
-#: the ablation layouts by name (a factory each)
+#: the ablation layouts by name (a factory each); the paper's are declared in
+#: :mod:`pcgbench.paper.ablations` (imported by name on the first lookup)
 ABLATIONS: Registry[Callable[[], AblationLayout]] = Registry(
-    "ablation", "pcgbench.ablations", listed=False)
-ABLATIONS.add("one_step", _one_step)
+    "ablation", "pcgbench.ablations", ("pcgbench.paper.ablations",), listed=False)
 
 
 def ablation_layout(name: str) -> AblationLayout:
     return ABLATIONS.get(name)()
-
-
-def column_label(value: str) -> str:
-    """The paper's column name of an objective (its ``paper_label``)."""
-    from pcgbench.methods.onestep import OBJECTIVES
-
-    if value in OBJECTIVES:
-        return OBJECTIVES.get(value).paper_label
-    return {"wflow": "W-Flow"}.get(value, value)  # unregistered: the paper's column only
 
 
 _ITEM = re.compile(r",(?=[A-Za-z_][\w.]*=)")  # "a=1,b=[0.1, 0.2]" -> "a=1", "b=[0.1, 0.2]"
@@ -333,7 +299,8 @@ def extras_caption(records: Iterable[Mapping[str, Any]], layout: AblationLayout,
                 vals = {v: sorted({c[i] for c in cs}) for v, cs in by_value.items()}
                 if len({x for xs in vals.values() for x in xs}) > 1:
                     parts.append(f"{name}: " + ", ".join(
-                        f"{column_label(v)} {'/'.join(xs)}" for v, xs in sorted(vals.items())))
+                        f"{layout.column_label(v)} {'/'.join(xs)}"
+                        for v, xs in sorted(vals.items())))
             out[key] = ("NOT like for like: the objectives' runs differ in their extras ("
                         + "; ".join(parts) + ").")
     return out
@@ -383,7 +350,7 @@ def reported_frame(layout: AblationLayout) -> pd.DataFrame:
     """Benchmark rows x objective columns of the paper's transcribed table."""
     stem, column = layout.reported
     df = reported_csv(stem)
-    labels = {f"{layout.method_label}-{column_label(v)}": v for v in layout.values}
+    labels = {f"{layout.method_label}-{layout.column_label(v)}": v for v in layout.values}
     df = df.assign(value=df["variant"].map(labels))
     table = df.pivot_table(index="benchmark", columns="value", values=column,
                            aggfunc="first")
@@ -410,7 +377,7 @@ def _long(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
         for (task, value), vals in sorted(cells.items()):
             long.append({"preset": p, "device": kind, "other_changes": rest or "",
                          "benchmark": names[task],
-                         "variant": column_label(value), "metric": layout.metric,
+                         "variant": layout.column_label(value), "metric": layout.metric,
                          "mean": statistics.fmean(vals),
                          "std": statistics.stdev(vals) if len(vals) > 1 else float("nan"),
                          "seeds": len(vals), "source": "measured",
@@ -422,7 +389,7 @@ def _long(groups: dict, layout: AblationLayout, reported: pd.DataFrame | None,
             for v in reported.columns:
                 long.append({"preset": "", "device": "", "other_changes": "",
                              "benchmark": bench[b],
-                             "variant": column_label(v), "metric": layout.metric,
+                             "variant": layout.column_label(v), "metric": layout.metric,
                              "mean": reported.loc[b, v], "std": float("nan"), "seeds": None,
                              "source": "paper", "data": REPORTED_CAPTION})
     frame = pd.DataFrame(long)
@@ -501,7 +468,8 @@ def _metric_blocks(records: list[RunRecord], name: str, layout: AblationLayout,
                 v = task_verdicts(records, task, p).get(layout.metric)
                 if v is not None and not v.sees and v.worst is not None:
                     blind[task] = v.footnote()
-        headers = (["benchmark"] + [f"{layout.method_label}-{column_label(v)}" for v in columns]
+        headers = (["benchmark"]
+                   + [f"{layout.method_label}-{layout.column_label(v)}" for v in columns]
                    + ["data (reference)"] + [f"{f} (sanity)" for f in fakes])
         notes = [captions[group]] if captions.get(group) else []
         notes += [f"{BLIND_MARK} {task}: {why}: no cell is bold" for task, why in blind.items()]
@@ -511,7 +479,7 @@ def _metric_blocks(records: list[RunRecord], name: str, layout: AblationLayout,
                          "what this metric sees")
         if (borrowed := layout.borrowing_change(rest)) is not None:
             notes.append(f"Also {borrowed.name}: {borrowed.description}; "
-                         f"{layout.method_label}-{column_label(layout.default)} shows its "
+                         f"{layout.method_label}-{layout.column_label(layout.default)} shows its "
                          f"default runs (the same configuration).")
         notes.append(f"data (reference): real data scored like a generator against the "
                      f"test split: test-sized draws of the training split (mean ± spread; "
@@ -535,7 +503,7 @@ def _metric_blocks(records: list[RunRecord], name: str, layout: AblationLayout,
                                             for v in rep.columns)))
         blocks.append(Grid("Reported in the paper (energy distance; authors' data and GPU; "
                            "not measured here)",
-                           ("benchmark", *(f"paper: {layout.method_label}-{column_label(v)}"
+                           ("benchmark", *(f"paper: {layout.method_label}-{layout.column_label(v)}"
                                            for v in rep.columns)),
                            tuple(rows), reported=True, verbatim=True))
     return blocks, _long(groups, layout, rep, captions, floor)

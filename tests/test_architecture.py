@@ -226,3 +226,12 @@ def test_every_table_is_formatted_by_the_leaderboard_s_renderer():
             if any(n.split(".")[0] == "tabulate" for n in names) and name not in allowed:
                 users.append(name)
     assert users == []
+
+
+def test_the_leaderboard_imports_no_method():
+    """Tables know records, not methods: a paper's method-specific layout (the one-step
+    ablation's objectives and their column names) lives in ``paper/``."""
+    edges = graph()
+    bad = sorted(f"{m} -> {t}" for m, targets in edges.items() if layer(m) == "leaderboard"
+                 for t in targets if layer(t) == "methods")
+    assert bad == []
