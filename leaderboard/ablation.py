@@ -2,8 +2,8 @@
 generic machinery; the layouts themselves are declared by the paper
 (:mod:`pcgbench.paper.ablations`).
 
-``one_step`` (the PMosFM paper's) reproduces the paper's "One-step-core ablation within PMosFM" table (Sec.
-"Ablation study"): rows benchmarks, columns PMosFM's one-step objectives in the paper's
+``one_step`` (the PMosFM paper's) reproduces its "One-step-core ablation within PMosFM"
+table (Sec. "Ablation study"): rows benchmarks, columns PMosFM's one-step objectives in the paper's
 order (MeanFlow, iMF, W-Flow, Drifting, SoFlow, Shortcut, native), cells our measured
 ``energy`` (mean ± std over seeds) of the ``pmosfm`` runs with ``--set objective=X``
 (``native`` = the default column), lowest per row in bold, and the task's data record

@@ -307,3 +307,40 @@ def test_a_sigterm_during_a_submission_waits_until_the_job_is_registered():
                 running.append("job")  # the submission completes
             raise AssertionError("the held stop must be raised when the block ends")
         assert running == ["job"]
+
+
+def test_a_swallowed_ctrl_c_still_stops_the_sweep_at_its_next_poll():
+    """A KeyboardInterrupt raised where Python or a library swallows it (a finalizer, a
+    broad ``except``) is remembered: the job loop stops at its next poll instead of running
+    on with the jobs the same Ctrl-C killed (issue 62's open group-SIGINT defect)."""
+    import os
+    import signal
+
+    import pytest
+
+    from pcgbench.stages.executor import Job, execute
+
+    class Fut:
+        def done(self) -> bool:
+            try:  # the Ctrl-C lands here and is swallowed, as in a __del__
+                os.kill(os.getpid(), signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+            return True
+
+        def result(self) -> dict:
+            return {"status": "error", "seconds": float("nan")}
+
+        def cancel(self, check: bool = False) -> None:
+            pass
+
+    class Executor:
+        def submit(self, *args, **kwargs) -> Fut:
+            return Fut()
+
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        execute([Job("method", f"job {i}", print, ()) for i in range(3)], Executor(), 1,
+                log=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("[1/3] job 0")  # no second job started
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

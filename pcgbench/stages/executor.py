@@ -155,13 +155,48 @@ def execute(jobs: list[Job], executor: Any, max_parallel: int,
     running: list[tuple[Job, Any]] = []
     results: list[dict[str, Any]] = []
     try:
-        with thread_environment(threads):
+        with thread_environment(threads), _interrupt_remembered():
             _drain(pending, running, results, executor, max_parallel, log, counter, total,
                    threads)
     except BaseException:  # SIGTERM (SweepStopped), Ctrl-C: no job runs on, orphaned
         cancel(running, log)
         raise
     return results
+
+
+#: a Ctrl-C seen while jobs run (:func:`_interrupt_remembered`)
+_INTERRUPTED: dict[str, bool] = {"seen": False}
+
+
+@contextlib.contextmanager
+def _interrupt_remembered() -> Iterator[None]:
+    """Ctrl-C while jobs run is remembered as well as raised: a ``KeyboardInterrupt`` that
+    is swallowed on its way up -- raised inside a finalizer (``__del__``, whose exceptions
+    Python only prints) or a library's broad ``except`` -- still stops :func:`_drain` at its
+    next poll (the job processes got the same Ctrl-C; the sweep must not run on)."""
+    import signal
+    import threading
+
+    _INTERRUPTED["seen"] = False
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def remember(signum: int, frame: Any) -> None:
+        _INTERRUPTED["seen"] = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, remember)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _INTERRUPTED["seen"] = False
+
+
+def _check_interrupted() -> None:
+    if _INTERRUPTED["seen"]:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -221,6 +256,7 @@ def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dic
            executor: Any, max_parallel: int, log: Callable[[str], None], counter: list[int],
            total: int, threads: int | None = None) -> None:
     while pending or running:
+        _check_interrupted()
         while pending and len(running) < max_parallel:
             job = pending.pop(0)
             with _children_stderr(executor), _stop_deferred():
@@ -242,6 +278,7 @@ def _drain(pending: list[Job], running: list[tuple[Job, Any]], results: list[dic
             log(f"[{counter[0]}/{total}] {job.label}: {out['status']}"
                 + (f" ({out['detail']})" if out.get("detail") else "")
                 + (f" {out['seconds']:.1f} s" if out["seconds"] == out["seconds"] else ""))
+    _check_interrupted()  # the last job ended by the same Ctrl-C
 
 
 def lost_job_detail(exc: BaseException, fut: Any) -> str:
@@ -286,6 +323,7 @@ def _stop_deferred() -> Iterator[None]:
     previous = None
     if main:
         def hold_interrupt(signum: int, frame: Any) -> None:
+            _INTERRUPTED["seen"] = True
             _DEFER["pending"] = _DEFER["pending"] or KeyboardInterrupt()
 
         previous = signal.signal(signal.SIGINT, hold_interrupt)
