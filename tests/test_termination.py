@@ -83,7 +83,7 @@ def test_a_main_thread_stuck_in_native_code_still_exits_after_the_grace(tmp_path
     script = tmp_path / "stuck.py"
     script.write_text(
         "import sys, numpy as np\n"
-        "from pcgbench import termination\n"
+        "from pcgbench.runtime import termination\n"
         "termination.install(grace=1.0)\n"
         "a = np.random.default_rng(0).random((3000, 3000)); a = a + a.T\n"
         "print('ready', flush=True)\n"

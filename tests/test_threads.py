@@ -40,7 +40,7 @@ def test_a_users_setting_is_kept():
 
 @pytest.mark.parametrize(("policy", "expect"), [("one", 1), ("passive", None)])
 def test_policies_set_torch_threads(policy, expect):
-    code = ("import pcgbench; from pcgbench import threads; p = threads.apply(); "
+    code = ("import pcgbench; from pcgbench.runtime import threads; p = threads.apply(); "
             "import torch; print(p.policy, p.threads, torch.get_num_threads())")
     name, n, torch_n = _python(code, **{threads.ENV_POLICY: policy}).split()
     assert name == policy and n == torch_n
@@ -48,10 +48,11 @@ def test_policies_set_torch_threads(policy, expect):
 
 
 def test_threads_and_omp_num_threads_win_over_the_policy():
-    code = ("import pcgbench; from pcgbench import threads; "
+    code = ("import pcgbench; from pcgbench.runtime import threads; "
             "print(threads.apply('free', 1).threads, threads.current().set_by)")
     assert _python(code) == "1 --threads"
-    code = "import pcgbench; from pcgbench import threads; print(threads.apply('free').set_by)"
+    code = ("import pcgbench; from pcgbench.runtime import threads; "
+            "print(threads.apply('free').set_by)")
     assert _python(code, OMP_NUM_THREADS="1") == "OMP_NUM_THREADS"
 
 

@@ -178,7 +178,10 @@ def _interrupt_remembered() -> Iterator[None]:
     import threading
 
     _INTERRUPTED["seen"] = False
-    if threading.current_thread() is not threading.main_thread():
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+        # off the main thread; or Ctrl-C ignored, as the shell sets for a background
+        # job (the process was told to ignore it: so is it here)
         yield
         return
 
@@ -319,7 +322,9 @@ def _stop_deferred() -> Iterator[None]:
     import signal
     import threading
 
-    main = threading.current_thread() is threading.main_thread()
+    # (Ctrl-C ignored, as for a background job: left ignored)
+    main = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
     previous = None
     if main:
         def hold_interrupt(signum: int, frame: Any) -> None:
