@@ -116,10 +116,11 @@ def probe_method(task, name: str, preset: str, device: torch.device, args) -> di
                       progress=False)
     seed_everything(0)
     full_cfg = build_method(task, opts, device).config
-    updates = int(getattr(full_cfg, "iterations", 0) or 0)
+    # the declared training budget (D-Flow's ``iterations`` are its sampler's: kept)
+    updates = full_cfg.training_updates() or 0
     over = {}
-    if hasattr(full_cfg, "iterations"):
-        over["iterations"] = args.warmup + args.updates
+    if full_cfg.budget_field is not None and updates:
+        over[full_cfg.budget_field] = args.warmup + args.updates
     full_batch = int(getattr(full_cfg, "batch_size", 1) or 1)
     if args.batch_size is not None and hasattr(full_cfg, "batch_size"):
         over["batch_size"] = min(args.batch_size, full_batch)

@@ -53,3 +53,39 @@ def test_a_study_stages_the_declared_budget_and_refuses_a_method_without_one():
     assert tune.budget_field(study) == "iterations"
     with pytest.raises(PcgError, match="declares no training budget"):
         tune.budget_field(dataclasses.replace(study, method="dflow"))
+
+
+def test_the_cost_probe_shortens_the_training_budget_and_keeps_d_flow_s_sampler():
+    """``benchmarks/paper_cost.py`` probes a few updates by overriding the declared budget
+    field; D-Flow's ``iterations`` (its sampler's L-BFGS) stay as configured, or its
+    s/sample would be timed with 4 instead of 20 iterations."""
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import torch
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_cost.py"
+    spec = importlib.util.spec_from_file_location("paper_cost_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Built(Exception):
+        pass
+
+    seen: list[dict] = []
+
+    def build(task, opts, device):
+        seen.append(dict(opts.overrides))
+        if len(seen) == 2:
+            raise Built
+        return SimpleNamespace(config=METHODS.get(opts.method).Config.for_preset("cpu"))
+
+    module.build_method = build
+    args = SimpleNamespace(warmup=1, updates=3, batch_size=None)
+    for name, expect in (("dflow", {}), ("fm_ot", {"iterations": 4})):
+        seen.clear()
+        with pytest.raises(Built):
+            module.probe_method(SimpleNamespace(name="burgers"), name, "cpu",
+                                torch.device("cpu"), args)
+        assert seen[1] == expect
