@@ -169,19 +169,37 @@ _INTERRUPTED: dict[str, bool] = {"seen": False}
 
 
 @contextlib.contextmanager
+def _handling(sig: int, handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """``handler`` for signal ``sig`` during the block; the previous one restored after."""
+    import signal
+
+    previous = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        signal.signal(sig, previous)
+
+
+def _takes_ctrl_c() -> bool:
+    """Whether this thread may handle SIGINT: the main thread, and Ctrl-C not ignored (the
+    shell ignores it for a background job; so is it here, as Python itself does)."""
+    import signal
+    import threading
+
+    return (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
+
+
+@contextlib.contextmanager
 def _interrupt_remembered() -> Iterator[None]:
     """Ctrl-C while jobs run is remembered as well as raised: a ``KeyboardInterrupt`` that
     is swallowed on its way up -- raised inside a finalizer (``__del__``, whose exceptions
     Python only prints) or a library's broad ``except`` -- still stops :func:`_drain` at its
     next poll (the job processes got the same Ctrl-C; the sweep must not run on)."""
     import signal
-    import threading
 
     _INTERRUPTED["seen"] = False
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
-        # off the main thread; or Ctrl-C ignored, as the shell sets for a background
-        # job (the process was told to ignore it: so is it here)
+    if not _takes_ctrl_c():
         yield
         return
 
@@ -189,11 +207,10 @@ def _interrupt_remembered() -> Iterator[None]:
         _INTERRUPTED["seen"] = True
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, remember)
     try:
-        yield
+        with _handling(signal.SIGINT, remember):
+            yield
     finally:
-        signal.signal(signal.SIGINT, previous)
         _INTERRUPTED["seen"] = False
 
 
@@ -320,25 +337,21 @@ def _stop_deferred() -> Iterator[None]:
     ended, then raise it: a job submitted under it is cancelled with the others (and no
     job process started after the signal runs on, holding the sweep's output open)."""
     import signal
-    import threading
 
-    # (Ctrl-C ignored, as for a background job: left ignored)
-    main = (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
-    previous = None
-    if main:
-        def hold_interrupt(signum: int, frame: Any) -> None:
-            _INTERRUPTED["seen"] = True
-            _DEFER["pending"] = _DEFER["pending"] or KeyboardInterrupt()
+    def hold_interrupt(signum: int, frame: Any) -> None:
+        _INTERRUPTED["seen"] = True
+        _DEFER["pending"] = _DEFER["pending"] or KeyboardInterrupt()
 
-        previous = signal.signal(signal.SIGINT, hold_interrupt)
-    _DEFER["active"] = True
+    held = (_handling(signal.SIGINT, hold_interrupt) if _takes_ctrl_c()
+            else contextlib.nullcontext())
     try:
-        yield
+        with held:
+            _DEFER["active"] = True
+            try:
+                yield
+            finally:
+                _DEFER["active"] = False
     finally:
-        _DEFER["active"] = False
-        if main:
-            signal.signal(signal.SIGINT, previous)
         pending, _DEFER["pending"] = _DEFER["pending"], None
         if pending is not None:
             raise pending
@@ -363,8 +376,5 @@ def stop_on_sigterm(command: str = "sweep") -> Iterator[None]:
             return
         raise exc
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
+    with _handling(signal.SIGTERM, stop):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
