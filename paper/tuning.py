@@ -87,3 +87,37 @@ def _delta_law() -> Study:
         tasks=("burgers", "kolmogorov", "darcy", "kf_generation"),
         stages=(Stage("1", iterations=3000, seeds=(0, 1, 2)),),
         always=(TODAY_V4,), base=(("objective", "native"),))
+
+
+#: the tasks of the published main table whose ``cpu`` budget the 2x rule sets
+#: (issue 61; dynamic stall and HIT: docs/running.md "Training budgets at `cpu`")
+BUDGET_TASKS = ("burgers", "darcy", "kolmogorov", "kf_generation")
+
+
+def _budget_study(method: str) -> Study:
+    return Study(
+        name=f"cpu_budget_{method}", method=method,
+        description=(f"{method} at the preset recipe, 1,500 and 3,000 updates on seeds 0-2: "
+                     "the 2x-budget rule for each task's cpu training budget (issue 61)"),
+        candidates=(Candidate("preset recipe", ()),), tasks=BUDGET_TASKS,
+        stages=(Stage("1500", iterations=1500, seeds=(0, 1, 2)),
+                Stage("3000", iterations=3000, seeds=(0, 1, 2))),
+        budget_rule=True)
+
+
+@register_study
+def _budget_fm_ot() -> Study:
+    """FM-OT: the backbone of CoCoGen, D-Flow, DiffusionPDE, ECI and PCFM."""
+    return _budget_study("fm_ot")
+
+
+@register_study
+def _budget_pmosfm() -> Study:
+    """PMosFM, the reference method (its own training loop)."""
+    return _budget_study("pmosfm")
+
+
+@register_study
+def _budget_pidm() -> Study:
+    """PIDM (residual loss on its x0 estimate)."""
+    return _budget_study("pidm")

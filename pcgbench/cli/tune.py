@@ -79,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
                 print(write_summary(study, i, args.preset, results))
             except PcgError as exc:
                 print(f"stage {names[i]}: {exc}")
+        if study.budget_rule:
+            print(write_rule(study, args.preset, results))
         return 0
     threads = (default_cpus_per_job(args.executor, args.max_parallel)
                if args.threads_per_job is None else args.threads_per_job)
@@ -119,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
                                f"{names[i + 1]} needs every result of this one: fix the "
                                "cause and rerun (finished results are kept)")
         print(write_summary(study, i, args.preset, results))
+    if study.budget_rule and not args.dry_run:
+        print(write_rule(study, args.preset, results))
     return int(failed > 0)
 
 
@@ -131,6 +135,24 @@ def write_summary(study: Study, index: int, preset: str, results_dir: str) -> st
 
     table, verdict, base = stage_summary(study, index, preset, results_dir)
     md = f"{table.caption}\n\n{text_table(table.headers, table.rows)}\n\n{verdict}\n"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(base.with_suffix(".md"), lambda p: p.write_text(md))
+    atomic_write(base.with_suffix(".csv"),
+                 lambda p: p.write_text(text_table(table.headers, table.rows, "csv")))
+    return md
+
+
+def write_rule(study: Study, preset: str, results_dir: str) -> str:
+    """A budget study's 2x-budget rule table (:mod:`pcgbench.stages.budget_rule`), written
+    beside its results as ``budget-rule.md`` / ``.csv``; returns the markdown."""
+    from pcgbench.leaderboard.render import text_table
+    from pcgbench.results.files import atomic_write
+    from pcgbench.stages.budget_rule import apply_rule, rule_table
+    from pcgbench.stages.tune import study_dir
+
+    table = rule_table(study, preset, apply_rule(study, preset, results_dir))
+    md = f"{table.caption}\n\n{text_table(table.headers, table.rows)}\n"
+    base = study_dir(study, results_dir) / preset / "budget-rule"
     base.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(base.with_suffix(".md"), lambda p: p.write_text(md))
     atomic_write(base.with_suffix(".csv"),

@@ -83,6 +83,9 @@ class Study:
     eval_repeats: int = 4
     #: overrides every candidate shares (e.g. the objective under study)
     base: tuple[tuple[str, Any], ...] = ()
+    #: a budget study: stages double the budget on the same seeds and the summary applies
+    #: the 2x-budget rule (:mod:`pcgbench.stages.budget_rule`)
+    budget_rule: bool = False
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.candidates]
