@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 #: the cost table shipped with the package (the probe's ``--out`` default)
 TABLE = "paper_cost.csv"
@@ -136,12 +137,14 @@ class Estimate:
     sources: set[tuple[str, str]]  # (device, date) of the rows used
 
 
-def estimate(jobs: Iterable[tuple[str, str, str]], preset: str, rows: list[CostRow],
+def estimate(jobs: Iterable[tuple[Any, ...]], preset: str, rows: list[CostRow],
              device_kind: str | None = None) -> Estimate | None:
-    """Hours of a sweep's jobs ``(stage, task, method)`` (stage ``data``: the task's data
-    row) from the cost table rows of ``preset``: the GPU rows (device kind ``cuda``) when
-    the table has any for the preset, else ``device_kind``'s, else the CPU probe's.  None
-    when the table has no row for the preset."""
+    """Hours of a sweep's jobs ``(stage, task, method[, updates])`` (stage ``data``: the
+    task's data row; ``updates``: the job's training budget where it differs from the
+    row's, e.g. a task's own ``cpu`` budget) from the cost table rows of ``preset``: the
+    GPU rows (device kind ``cuda``) when the table has any for the preset, else
+    ``device_kind``'s, else the CPU probe's.  None when the table has no row for the
+    preset."""
     at = [r for r in rows if r.preset == preset]
     if not at:
         return None
@@ -149,12 +152,18 @@ def estimate(jobs: Iterable[tuple[str, str, str]], preset: str, rows: list[CostR
     kind = device_kind or ("cuda" if "cuda" in kinds else sorted(kinds)[0])
     by = {(r.task, r.method): r for r in at if r.device_kind == kind}
     hours, priced, unpriced, sources = 0.0, 0, [], set()
-    for stage, task, method in jobs:
+    for stage, task, method, *rest in jobs:
         row = by.get((task, "data" if stage == "data" else method))
         if row is None:
             unpriced.append(f"{task}/{'data' if stage == 'data' else method}")
             continue
-        hours += row.total_hours
+        updates = rest[0] if rest else None
+        if updates is not None and row.s_per_update is not None:
+            # the job's own budget (a task's recipe_overrides, --set): the probe's s/update
+            # times the updates this run will do, not the preset's default budget
+            hours += row.s_per_update * updates / 3600 + row.sample_hours
+        else:
+            hours += row.total_hours
         priced += 1
         sources.add((row.device, row.date))
     return Estimate(hours, priced, unpriced, kind, sources)

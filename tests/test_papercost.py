@@ -10,9 +10,10 @@ from pcgbench.paper import cost as papercost
 from pcgbench.paper.cost import CostRow
 
 
-def _row(task, method, kind="cuda", hours=2.0, preset="paper"):
-    return CostRow(task, method, preset, kind, f"{kind} box", "2026-01-01", 0.5, 10, hours,
-                   0.1, 5, 0.0, hours, "probe", "cmd")
+def _row(task, method, kind="cuda", hours=2.0, preset="paper", updates=10):
+    # s/update consistent with the row's fit hours at ``updates`` (no sampling time)
+    return CostRow(task, method, preset, kind, f"{kind} box", "2026-01-01",
+                   hours * 3600 / updates, updates, hours, 0.1, 5, 0.0, hours, "probe", "cmd")
 
 
 def test_the_paper_matrix_names_registered_supported_methods():
@@ -46,10 +47,20 @@ def test_estimate_prefers_gpu_rows_and_names_what_it_cannot_price():
     assert papercost.estimate([], "cpu", rows) is None
 
 
+def test_estimate_scales_a_job_s_fit_to_its_own_budget():
+    """A job that trains half the row's updates (a task's own cpu budget) costs half the
+    fit; a job without a budget (None) costs the row's total."""
+    rows = [_row("darcy", "fm_ot", "cpu", 2.0, preset="cpu", updates=3000)]
+    half = papercost.estimate([("backbone", "darcy", "fm_ot", 1500)], "cpu", rows)
+    full = papercost.estimate([("backbone", "darcy", "fm_ot", None)], "cpu", rows)
+    assert math.isclose(half.hours, 1.0) and math.isclose(full.hours, 2.0)
+
+
 def test_sweep_dry_run_prints_the_price(dirs, capsys, monkeypatch, tmp_path):
     table = tmp_path / "cost.csv"
     table.write_text(papercost.to_csv([_row("burgers", "data", hours=0.5),
-                                       _row("burgers", "fm_ot", hours=4.0)]))
+                                       _row("burgers", "fm_ot", hours=4.0,
+                                            updates=20000)]))
     monkeypatch.setattr(papercost, "table_path", lambda: table)
     assert main(["sweep", "--tasks", "burgers", "--methods", "fm_ot", "--preset", "paper",
                  "--seeds", "0", "1", "--dry-run"]) == 0

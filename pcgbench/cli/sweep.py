@@ -158,6 +158,21 @@ def run(args: argparse.Namespace) -> int:
                or any(r["status"] == "error" for r in results))
 
 
+def _planned_updates(opts: typing.Any) -> int | None:
+    """The training updates a run of ``opts`` would do (its resolved config's budget:
+    the preset's, a task's own ``recipe_overrides``, ``--set``); None where it trains
+    nothing or cannot be planned here."""
+    from pcgbench.registry import TASKS
+    from pcgbench.stages.plan import method_config
+
+    try:
+        task = TASKS.get(opts.task)(preset=opts.preset, progress=False)
+        _, config = method_config(task, opts)
+    except PcgError:
+        return None
+    return config.training_updates()
+
+
 def _sweep_cost(p: typing.Any, preset: str) -> str:
     """One line: the hours of a sweep plan's jobs from the cost table
     (:mod:`pcgbench.paper.cost`), on the GPU where it has GPU rows."""
@@ -168,7 +183,7 @@ def _sweep_cost(p: typing.Any, preset: str) -> str:
         for job in stage_jobs:
             opts = job.args[0]
             jobs.append((stage, opts, None) if stage == "data"
-                        else (stage, opts.task, opts.method))
+                        else (stage, opts.task, opts.method, _planned_updates(opts)))
     est = estimate(jobs, preset, read_table())
     if est is None:
         return (f"cost: no cost table rows for preset {preset!r} (benchmarks/paper_cost.py "
