@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from pcgbench.method import method_lineage
+from pcgbench.presets import BUDGET_NOTES
 from pcgbench.registry import METHODS, METRICS, TASKS
 from pcgbench.results.record import RunRecord, as_records
 
@@ -505,6 +506,9 @@ def table_notes(task: str, preset: str, by_method: Mapping[str, list[RunRecord]]
                          + " on this task instead of the preset recipe's (docs/running.md "
                          "'The shared backbone at `cpu`')")
         shown = {method_of(c) for c in by_method}
+        if (budget := BUDGET_NOTES.get(preset)) and any(
+                getattr(METHODS.lookup(m), "preset_recipe", False) for m in shown):
+            lines.append(f"training budget: {budget}")
         for name, per_preset in getattr(cls, "method_overrides", {}).items():
             if (over := per_preset.get(preset)) and (
                     name in shown or any(name in _lineage(m) for m in shown)):

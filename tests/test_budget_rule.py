@@ -80,3 +80,14 @@ def test_tune_prints_and_writes_the_rule_table(dirs, monkeypatch, capsys):
     assert "| burgers" in md and "structure" in md
     rows = budget_rule.apply_rule(_tiny(), "smoke", None)
     assert len(rows) == 1 and all(len(c.scores) == 3 for c in rows[0].cells)
+
+
+def test_tables_of_trained_methods_say_their_budget_is_budget_limited():
+    from leaderboard.tables import table_notes
+
+    lines = table_notes("burgers", "cpu", {"fm_ot": [], "data": []})
+    assert any(x.startswith("training budget: 3,000 updates") for x in lines)
+    assert not any(x.startswith("training budget:")
+                   for x in table_notes("burgers", "cpu", {"data": []}))
+    assert not any(x.startswith("training budget:")
+                   for x in table_notes("burgers", "smoke", {"fm_ot": []}))
