@@ -158,16 +158,20 @@ def run(args: argparse.Namespace) -> int:
                or any(r["status"] == "error" for r in results))
 
 
-def _planned_updates(opts: typing.Any) -> int | None:
+def _planned_updates(opts: typing.Any, tasks: dict[tuple[str, str], typing.Any]
+                     ) -> int | None:
     """The training updates a run of ``opts`` would do (its resolved config's budget:
     the preset's, a task's own ``recipe_overrides``, ``--set``); None where it trains
-    nothing or cannot be planned here."""
+    nothing or cannot be planned here.  ``tasks`` caches one built task per (task,
+    preset) across a plan's jobs."""
     from pcgbench.registry import TASKS
     from pcgbench.stages.plan import method_config
 
     try:
-        task = TASKS.get(opts.task)(preset=opts.preset, progress=False)
-        _, config = method_config(task, opts)
+        key = (opts.task, opts.preset)
+        if key not in tasks:
+            tasks[key] = TASKS.get(opts.task)(preset=opts.preset, progress=False)
+        _, config = method_config(tasks[key], opts)
     except PcgError:
         return None
     return config.training_updates()
@@ -179,11 +183,12 @@ def _sweep_cost(p: typing.Any, preset: str) -> str:
     from pcgbench.paper.cost import estimate, read_table
 
     jobs = []
+    tasks: dict[tuple[str, str], typing.Any] = {}
     for stage, stage_jobs in p.stages.items():
         for job in stage_jobs:
             opts = job.args[0]
             jobs.append((stage, opts, None) if stage == "data"
-                        else (stage, opts.task, opts.method, _planned_updates(opts)))
+                        else (stage, opts.task, opts.method, _planned_updates(opts, tasks)))
     est = estimate(jobs, preset, read_table())
     if est is None:
         return (f"cost: no cost table rows for preset {preset!r} (benchmarks/paper_cost.py "

@@ -129,30 +129,29 @@ def run(args: argparse.Namespace) -> int:
 def write_summary(study: Study, index: int, preset: str, results_dir: str) -> str:
     """Stage ``index``'s table and verdict, written beside its results (``.md``, ``.csv``);
     returns the markdown."""
-    from pcgbench.leaderboard.render import text_table
-    from pcgbench.results.files import atomic_write
     from pcgbench.stages.tune import stage_summary
 
     table, verdict, base = stage_summary(study, index, preset, results_dir)
-    md = f"{table.caption}\n\n{text_table(table.headers, table.rows)}\n\n{verdict}\n"
-    base.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(base.with_suffix(".md"), lambda p: p.write_text(md))
-    atomic_write(base.with_suffix(".csv"),
-                 lambda p: p.write_text(text_table(table.headers, table.rows, "csv")))
-    return md
+    return _write_table(base, table, f"\n{verdict}\n")
 
 
 def write_rule(study: Study, preset: str, results_dir: str) -> str:
     """A budget study's 2x-budget rule table (:mod:`pcgbench.stages.budget_rule`), written
     beside its results as ``budget-rule.md`` / ``.csv``; returns the markdown."""
-    from pcgbench.leaderboard.render import text_table
-    from pcgbench.results.files import atomic_write
     from pcgbench.stages.budget_rule import apply_rule, rule_table
     from pcgbench.stages.tune import study_dir
 
     table = rule_table(study, preset, apply_rule(study, preset, results_dir))
-    md = f"{table.caption}\n\n{text_table(table.headers, table.rows)}\n"
-    base = study_dir(study, results_dir) / preset / "budget-rule"
+    return _write_table(study_dir(study, results_dir) / preset / "budget-rule", table)
+
+
+def _write_table(base: Path, table: typing.Any, tail: str = "") -> str:
+    """``table`` (a :class:`~pcgbench.stages.tune.StageTable`) as ``base.md`` (caption,
+    table, ``tail``) and ``base.csv``; returns the markdown."""
+    from pcgbench.leaderboard.render import text_table
+    from pcgbench.results.files import atomic_write
+
+    md = f"{table.caption}\n\n{text_table(table.headers, table.rows)}\n{tail}"
     base.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(base.with_suffix(".md"), lambda p: p.write_text(md))
     atomic_write(base.with_suffix(".csv"),
