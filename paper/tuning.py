@@ -94,13 +94,14 @@ def _delta_law() -> Study:
 BUDGET_TASKS = ("burgers", "darcy", "kolmogorov", "kf_generation")
 
 
-def _budget_study(method: str, budgets: tuple[int, ...] = (1500, 3000)) -> Study:
+def _budget_study(method: str, budgets: tuple[int, ...] = (1500, 3000),
+                  tasks: tuple[str, ...] = BUDGET_TASKS, name: str | None = None) -> Study:
     said = ", ".join(f"{b:,}" for b in budgets)
     return Study(
-        name=f"cpu_budget_{method}", method=method,
+        name=name or f"cpu_budget_{method}", method=method,
         description=(f"{method} at the preset recipe, {said} updates on seeds 0-2: the "
                      "2x-budget rule for each task's cpu training budget (issue 61)"),
-        candidates=(Candidate("preset recipe", ()),), tasks=BUDGET_TASKS,
+        candidates=(Candidate("preset recipe", ()),), tasks=tasks,
         stages=tuple(Stage(str(b), iterations=b, seeds=(0, 1, 2)) for b in budgets),
         budget_rule=True)
 
@@ -123,3 +124,18 @@ def _budget_pmosfm() -> Study:
 def _budget_pidm() -> Study:
     """PIDM (residual loss on its x0 estimate)."""
     return _budget_study("pidm")
+
+
+@register_study
+def _budget_dynamic_stall_fm_ot() -> Study:
+    """Dynamic stall at its 32 x 32 `cpu` grid (issue 61): FM-OT, the backbone of four
+    of its columns."""
+    return _budget_study("fm_ot", tasks=("dynamic_stall",),
+                         name="cpu_budget_dynamic_stall_fm_ot")
+
+
+@register_study
+def _budget_dynamic_stall_pmosfm() -> Study:
+    """Dynamic stall at its 32 x 32 `cpu` grid (issue 61): PMosFM, the reference."""
+    return _budget_study("pmosfm", tasks=("dynamic_stall",),
+                         name="cpu_budget_dynamic_stall_pmosfm")

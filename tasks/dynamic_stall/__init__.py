@@ -56,9 +56,11 @@ def signed_shear(dx: Tensor, dy: Tensor, T: Tensor, sx: Tensor, sy: Tensor) -> T
 @dataclass(frozen=True)
 class DynamicStallParams:
     n_time: int = 32  # samples over one pitching period (paper 128)
-    n_surf: int = 64  # surface points (paper 128)
+    #: surface points (paper 128); `cpu` 32 since issue 61 (64 before: PBFM's fit 26 min
+    #: on one core; docs/tasks/dynamic_stall.md "The `cpu` grid")
+    n_surf: int = 32
     n_train: int = 32  # nominal training conditions (paper 128)
-    n_val: int = 4
+    n_val: int = 8  # held-out conditions for selection (4 before issue 61)
     n_test: int = 8  # held-out conditions (paper 16)
     realizations: int = 8  # perturbed realizations per condition (paper 32)
     perturb: float = 0.02  # realization spread, fraction of each range
