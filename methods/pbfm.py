@@ -56,6 +56,9 @@ class PBFMConfig(MethodConfig):
     unroll: int | None = None  # fixed unrolling depth; None = curriculum 1..max_unroll
     max_unroll: int = 4
     use_config: bool = True  # False: plain sum of the two gradients (ablation)
+    #: False: the flow-matching gradient alone, no unrolled residual (a diagnostic
+    #: ablation, not PBFM: what the residual loss does to the samples; a variant column)
+    residual: bool = True
     # "batch": mean(t) * mean(e) (the reference's broadcast); "sample": mean(t_b e_b)
     # (ours, per-sample weight); "none": mean(e)
     residual_t_weight: Literal["batch", "sample", "none"] = "batch"
@@ -257,6 +260,13 @@ class PBFM(Method[PBFMConfig]):
             x0 = torch.randn(x1.shape, generator=gen).to(self.device)
             t = torch.rand(len(x1), 1, generator=gen).to(self.device)
             c = None if cond_all is None else cond_all[idx]
+            if not cfg.residual:
+                xt, target = CondOTPath().sample(x0, x1, t)
+                l_fm = (self.net(xt, t, c) - target).pow(2).mean()
+                if not torch.isfinite(l_fm):
+                    return l_fm
+                l_fm.backward()
+                return l_fm.detach()
             l_fm, l_res = self.losses(x1, x0, t, self.depth(step), c)
             if not torch.isfinite(l_fm):
                 return l_fm  # the loop raises TrainingDiverged
@@ -292,8 +302,8 @@ class PBFM(Method[PBFMConfig]):
             "residual_loss_first": res_losses[0] if res_losses else None,
             "residual_loss_final": res_losses[-1] if res_losses else None,
             "config_fallbacks": run["fallbacks"],
-            "residual_terms": "evaluator + hard constraints" if self.with_constraints
-            else "evaluator",
+            "residual_terms": "none (residual=false)" if not cfg.residual
+            else "evaluator + hard constraints" if self.with_constraints else "evaluator",
             "updates_per_depth": {k: len(v) for k, v in depth_seconds.items()},
             "mean_update_seconds_per_depth": {k: sum(v) / len(v)
                                               for k, v in depth_seconds.items()},

@@ -188,6 +188,24 @@ def test_pbfm_curriculum_and_fixed_depth_in_fit(task):
     assert m.velocity.net is m.ema
 
 
+def test_pbfm_residual_off_is_its_flow_matching_gradient_alone(task, monkeypatch):
+    """``residual=false`` (the diagnostic ablation) takes exactly the update PBFM takes when
+    its residual gradient is zero, and never computes the residual."""
+    torch.manual_seed(0)
+    off = _method(PBFM, task, residual=False)
+    stats = off.fit(task.dataset("train"), progress=False)
+    assert stats.extra["residual_loss_first"] is None
+    assert stats.extra["residual_terms"].startswith("none")
+    import pcgbench.methods.pbfm as pbfm
+
+    monkeypatch.setattr(pbfm, "residual_loss", lambda _t, x, *a, **k: 0.0 * x.sum())
+    torch.manual_seed(0)
+    zero = _method(PBFM, task, use_config=False)
+    zero.fit(task.dataset("train"), progress=False)
+    for a, b in zip(off.net.parameters(), zero.net.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
 # -- PCFT (adjoint matching on the cached FM-OT model) ----------------------------------------
 def test_pcft_finetune_and_sample(task, tmp_path):
     from pcgbench.method import RunContext
