@@ -91,6 +91,37 @@ def test_a_job_scores_on_the_val_split_and_never_reads_test(dirs, tiny, monkeypa
                          "cpu")["status"] == "exists"
 
 
+def test_repeat_rows_tiles_vector_and_field_shaped_conditions():
+    import torch
+
+    from pcgbench.fields import FieldData
+
+    for cond in (torch.arange(6.0).view(3, 2), torch.arange(3 * 2 * 4 * 5.0).view(3, 2, 4, 5),
+                 None):
+        data = FieldData(torch.arange(3 * 4 * 5.0).view(3, 1, 4, 5), cond)
+        out = tune.repeat_rows(data, 2)
+        assert torch.equal(out.x[3:], data.x) and torch.equal(out.x[:3], data.x)
+        if cond is None:
+            assert out.cond is None
+        else:
+            assert out.cond.shape == (6, *cond.shape[1:])
+            assert torch.equal(out.cond[3:], cond) and torch.equal(out.cond[:3], cond)
+
+
+def test_a_job_scores_a_task_with_field_shaped_conditions(dirs, monkeypatch):
+    """Dynamic stall's condition is a field ``[N, 6, t, s]`` (the budget study of issue 61
+    failed on it when the val rows were repeated as vectors)."""
+    def study() -> Study:
+        return Study(name="tiny_ds", method="fm_ot", description="a test study",
+                     candidates=grid({"r": {"recipe": {}}}), tasks=("dynamic_stall",),
+                     stages=(Stage("1", 2, (0,)),), eval_repeats=2)
+
+    monkeypatch.setitem(tune.TUNE_STUDIES._objects, "tiny_ds", study)
+    out = tune.tune_job("tiny_ds", "1", "dynamic_stall", "recipe", 0, "smoke", None, None,
+                        "cpu")
+    assert out["status"] == "ok", out
+
+
 def test_stages_keep_the_best_and_the_default_and_write_tables(dirs, tiny, capsys):
     with pytest.raises(PcgError, match="stage 1 is incomplete"):
         tune.stage_candidates(tiny, tune.study_dir(tiny, None), "smoke", 1)

@@ -246,6 +246,15 @@ def read_result(path: Path) -> dict[str, Any] | None:
 
 
 # -- one job ----------------------------------------------------------------------------
+def repeat_rows(data: FieldData, k: int) -> FieldData:
+    """``data``'s rows ``k`` times in a row (fields and conditions of any rank: a vector
+    condition ``[N, C]`` or a field-shaped one ``[N, C, *grid]``)."""
+    def tile(x: torch.Tensor) -> torch.Tensor:
+        return x.repeat(k, *([1] * (x.ndim - 1)))
+
+    return FieldData(tile(data.x), None if data.cond is None else tile(data.cond))
+
+
 def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     """Each metric of ``repeats * len(val)`` training rows against the val split, mean of
     ``FLOOR_DRAWS`` seeded draws; cached per (task, preset, repeats) under ``root``."""
@@ -382,8 +391,7 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
         task, method = fitted.task, fitted.method
         val = task.dataset("val")
         k = study.eval_repeats
-        rows = FieldData(val.x.repeat(k, *([1] * (val.x.ndim - 1))),
-                         None if val.cond is None else val.cond.repeat(k, 1))
+        rows = repeat_rows(val, k)
         dev = environment.resolve_device(device)
         gen = torch.Generator(device="cpu").manual_seed(VAL_SEED + seed)
         with torch.no_grad():
