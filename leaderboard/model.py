@@ -66,7 +66,7 @@ def task_table(records: Iterable[Mapping[str, Any]], task: str, preset: str, *,
     computed from the whole table); ``groups`` reuses a :func:`group_records` result.
     The task's headline metric is the first row; ``sanity``: show the sanity rows'
     columns (their verdicts mark and rank the rows either way)."""
-    from pcgbench.leaderboard.published import provenance_notes
+    from pcgbench.leaderboard.published import provenance_notes, withheld_notes
     from pcgbench.leaderboard.sanity import blind_notes, is_sanity
 
     records = as_records(records)
@@ -94,7 +94,8 @@ def task_table(records: Iterable[Mapping[str, Any]], task: str, preset: str, *,
     return TaskTable(task=task, preset=preset, mean=mean, std=std, seeds=seeds,
                      reported=paper, by_method=shown,
                      notes=table_notes(task, preset, shown, mean) + blind_notes(mean)
-                     + unranked_notes(mean) + provenance_notes(shown),
+                     + unranked_notes(mean) + provenance_notes(shown)
+                     + withheld_notes(task, preset, shown),
                      remarks=backbones + nonfinite_notes(mean)
                      + failed_notes(records, {task}, preset))
 

@@ -85,6 +85,45 @@ def combine(local: Iterable[RunRecord], published: Iterable[RunRecord]) -> list[
     return local + [r for r in published if relative_name(r) not in mine]
 
 
+#: the file of cells measured but withheld from the published set as doubtful
+WITHHELD_FILE = "withheld.json"
+
+
+def withheld(task: str | None = None, preset: str | None = None) -> list[dict[str, str]]:
+    """The withheld cells (``published/withheld.json``: a list of ``{task, preset, method,
+    reason, doc}``): measured by the maintainers, judged doubtful (e.g. samples that look
+    like noise where a simpler method's do not) and so never published or scored; the
+    tables name them instead.  Filtered to ``task`` / ``preset`` where given."""
+    import json
+
+    root = published_root()
+    path = None if root is None else root / WITHHELD_FILE
+    if path is None or not path.is_file():
+        return []
+    out = []
+    for item in json.loads(path.read_text()):
+        if not all(isinstance(item.get(k), str) for k in ("task", "preset", "method",
+                                                            "reason")):
+            continue
+        if (task is None or item["task"] == task) and (preset is None
+                                                      or item["preset"] == preset):
+            out.append(item)
+    return out
+
+
+def withheld_notes(task: str, preset: str, shown: Iterable[str] = ()) -> list[str]:
+    """One line per withheld cell of (``task``, ``preset``): what it is and why; where the
+    table still shows that column it is the user's own measurement."""
+    shown = set(shown)
+    lines = []
+    for item in withheld(task, preset):
+        doc = f" ({item['doc']})" if item.get("doc") else ""
+        mine = ("; the column shown is measured here" if item["method"] in shown else "")
+        lines.append(f"withheld from the published set as doubtful: {item['method']} -- "
+                     f"{item['reason']}{doc}{mine}")
+    return lines
+
+
 def provenance(records: Iterable[RunRecord]) -> str:
     """``commit abc1234, cpu (x86_64, 1 threads), 2026-12-04`` of a set of records: their
     commits, machines and finishing dates (ranges where they differ)."""

@@ -22,7 +22,8 @@ BUDGET_NOTES: dict[str, str] = {
     "cpu": "3,000 updates of 32 for every method trained from scratch; by the 2x-budget "
            "rule on the val split this is budget-limited, not converged: on burgers, darcy "
            "and kf_generation PIDM still improves from 1,500 to 3,000 updates and FM-OT "
-           "from 3,000 to 6,000 on burgers and darcy, beyond the seed spread "
+           "from 3,000 to 6,000 on burgers and darcy (from 1,500 to 3,000 on "
+           "dynamic_stall), beyond the seed spread "
            "(docs/running.md 'Training budgets at `cpu`')",
 }
 DEFAULT_PRESET = "cpu"

@@ -49,6 +49,23 @@ def test_a_fresh_results_directory_shows_the_published_table(dirs, shipped, caps
     assert rc == 2 and "no run records" in _  # the user's own directory alone is empty
 
 
+def test_withheld_cells_are_registered_unpublished_and_named_under_their_table(shipped,
+                                                                              capsys):
+    from pcgbench.registry import TASKS
+
+    items = pub.withheld()
+    assert json.loads((shipped / pub.WITHHELD_FILE).read_text()) == items  # all well-formed
+    for item in items:
+        TASKS.get(item["task"]), METHODS.get(item["method"])
+        assert (REPO / item["doc"].split(",")[0]).is_file()
+        cell = shipped / "records" / item["task"] / item["preset"] / item["method"]
+        assert not any(cell.glob("*.json")), f"{cell} is withheld but published"
+        rc, out, err = cli(capsys, ["leaderboard", "--task", item["task"], "--preset",
+                                    item["preset"], "--published-only"])
+        assert rc == 0, err
+        assert f"withheld from the published set as doubtful: {item['method']}" in out
+
+
 @pytest.fixture
 def smoke_set(dirs, monkeypatch, capsys):
     """Two smoke seeds of fm_ot on burgers run into results A and published to P; the
