@@ -54,6 +54,8 @@ TEST_ROWS = {
     "heat": lambda p: p.n_groups * p.per_group_test,
     "reaction_diffusion_ic": lambda p: p.n_groups * p.bc_per_group_test,
     "navier_stokes": lambda p: p.n_ic_test * p.n_phi_test,
+    # n_test counts held-out conditions, each sampled once per realization
+    "dynamic_stall": lambda p: p.n_test * p.realizations,
 }
 
 
@@ -70,11 +72,11 @@ def _rows_capped(params, rows: int | None):
 def test_rows(name: str, full, probe, probe_test: int) -> tuple[int, str]:
     """(test rows a run samples at the full preset, how it was obtained)."""
     p = full.params
-    if hasattr(p, "n_test"):
-        return int(p.n_test), "n_test"
     base = TASKS.get(name).variant_of or name
     if base in TEST_ROWS:
         return int(TEST_ROWS[base](p)), "from the preset's parameters"
+    if hasattr(p, "n_test"):
+        return int(p.n_test), "n_test"
     ratio = 1.0
     for f in dataclasses.fields(p):
         if "test" in f.name and isinstance(getattr(p, f.name), int):

@@ -66,3 +66,21 @@ def test_sweep_dry_run_prints_the_price(dirs, capsys, monkeypatch, tmp_path):
                  "--seeds", "0", "1", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "estimated cost of the 3 priced job(s): 8.5 GPU-hours" in out
+
+
+def test_the_probe_prices_the_rows_a_run_samples(tmp_path):
+    """benchmarks/paper_cost.py's test-row count equals the test split's length, also where
+    ``n_test`` counts conditions sampled once per realization (dynamic stall)."""
+    import importlib.util
+    from pathlib import Path
+
+    from pcgbench.registry import TASKS
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_cost.py"
+    spec = importlib.util.spec_from_file_location("paper_cost_probe", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in ("dynamic_stall", "burgers", "heat"):
+        task = TASKS.get(name)("smoke", data_dir=tmp_path, progress=False)
+        rows, _ = mod.test_rows(name, task, task, probe_test=0)
+        assert rows == len(task.dataset("test")), name
