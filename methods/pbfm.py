@@ -225,12 +225,17 @@ class PBFM(Method[PBFMConfig]):
     def _update_ema(self, step: int) -> None:
         ema_update(self.ema, self.net, step, self.config.ema_decay, self.config.ema_warmup)
 
+    def fm_loss(self, x1: torch.Tensor, x0: torch.Tensor, t: torch.Tensor,
+                cond: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(L_FM, x_t, v(x_t, t)) of one batch on the OT path; t [B, 1]."""
+        xt, target = CondOTPath().sample(x0, x1, t)
+        v = self.net(xt, t, cond)
+        return (v - target).pow(2).mean(), xt, v
+
     def losses(self, x1: torch.Tensor, x0: torch.Tensor, t: torch.Tensor, n: int,
                cond: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(L_FM, L_R) of one batch; t [B, 1]."""
-        xt, target = CondOTPath().sample(x0, x1, t)
-        v = self.net(xt, t, cond)
-        l_fm = (v - target).pow(2).mean()
+        l_fm, xt, v = self.fm_loss(x1, x0, t, cond)
         x_hat = unroll_endpoint(self.net, xt, t, n, cond, v0=v)
         spec = self.residual
         return l_fm, residual_loss(self.task, x_hat, cond, t, power=spec.power,
@@ -261,8 +266,7 @@ class PBFM(Method[PBFMConfig]):
             t = torch.rand(len(x1), 1, generator=gen).to(self.device)
             c = None if cond_all is None else cond_all[idx]
             if not cfg.residual:
-                xt, target = CondOTPath().sample(x0, x1, t)
-                l_fm = (self.net(xt, t, c) - target).pow(2).mean()
+                l_fm = self.fm_loss(x1, x0, t, c)[0]
                 if not torch.isfinite(l_fm):
                     return l_fm
                 l_fm.backward()

@@ -249,10 +249,7 @@ def read_result(path: Path) -> dict[str, Any] | None:
 def repeat_rows(data: FieldData, k: int) -> FieldData:
     """``data``'s rows ``k`` times in a row (fields and conditions of any rank: a vector
     condition ``[N, C]`` or a field-shaped one ``[N, C, *grid]``)."""
-    def tile(x: torch.Tensor) -> torch.Tensor:
-        return x.repeat(k, *([1] * (x.ndim - 1)))
-
-    return FieldData(tile(data.x), None if data.cond is None else tile(data.cond))
+    return data.subset(torch.arange(len(data)).repeat(k))
 
 
 def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
