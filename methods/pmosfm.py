@@ -49,6 +49,17 @@ from pcgbench.training.loop import WeightEMA, batch_indices, train_loop
 from pcgbench.training.preconditioning import Geometry, InputWhitening
 
 
+#: the registered tasks on which PMosFM version 5 (C_c's floor per coordinate channel)
+#: changes nothing: every chart they offer has one coordinate channel or a closed-form C_c,
+#: so the per-channel floor is the global one bit for bit or never runs
+#: (tests/test_preconditioning.py checks each); their version-4 records stay current
+FLOOR_NOOP_TASKS = frozenset({
+    "burgers", "burgers_bc", "burgers_ic", "darcy", "heat", "hit_forecasting",
+    "hit_reconstruction", "hit_reconstruction_50", "hit_reconstruction_99", "kf_generation",
+    "kf_reconstruction", "kolmogorov", "navier_stokes", "reaction_diffusion_ic",
+    "turbulence_mass_transfer"})
+
+
 @dataclass(frozen=True)
 class PMosFMConfig(MethodConfig):
     sampling_only: ClassVar[frozenset[str]] = frozenset({"sample_decode", "sample_capture",
@@ -186,7 +197,11 @@ class PMosFM(Method[PMosFMConfig]):
     #: estimate above 512 coordinates: up to 51 % off on Burgers' `mass` chart)
     #: 4: the native objective's time draws chosen on the val split (issue 49): e0|LN(0.4,1)|0.1
     #: (was e0.25|uniform|U(0.01,0.1), a choice of ours)
-    version = 4
+    #: 5: C_c's floor per coordinate channel (:func:`pcgbench.training.preconditioning.
+    #: fit_diagonal_from_chart`): a global one replaced dynamic_stall's velocity-gradient
+    #: entries of diag(G); a no-op on every task of ``FLOOR_NOOP_TASKS``
+    version = 5
+    unchanged_on = {5: FLOOR_NOOP_TASKS}
     preset_recipe = True
 
     @classmethod
@@ -452,7 +467,9 @@ class PMosFMTuned(PMosFM):
     #: 5: the spread term on its own one-step batch every update (in version 4 the
     #: native objective applied it only to (0, 1) draws, which its chosen draws never
     #: make: it never ran; issue 60)
-    version = 5
+    #: 6: C_c's floor per coordinate channel (as ``pmosfm`` version 5)
+    version = 6
+    unchanged_on = {6: FLOOR_NOOP_TASKS}
     description = ("PMosFM with our measured defaults (spectral source, spread term, P_s on "
                    "field-conditioned tasks only; not the paper's configuration)")
     #: what this column changes relative to the paper's (``pmosfm``), for the tables

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
@@ -101,6 +101,11 @@ class Method(ABC, Generic[ConfigT]):
     #: (a bug fix): it is part of the checkpoint's and the record's identity, so stale
     #: checkpoints are refitted and older records are left out of the leaderboard
     version: ClassVar[int] = 0
+    #: version -> the tasks on which the change that bumped to it alters nothing (shown,
+    #: e.g. by a test that the changed code path is never reached there): a record of the
+    #: version below stays current on those tasks (:meth:`version_on`).  Unlisted tasks,
+    #: plug-ins included, take the bump
+    unchanged_on: ClassVar[Mapping[int, frozenset[str]]] = {}
     #: trained from scratch with the preset recipe (``methods._flow.PRESET_RECIPE``): takes
     #: the task's ``recipe_overrides`` too
     preset_recipe: ClassVar[bool] = False
@@ -191,6 +196,15 @@ class Method(ABC, Generic[ConfigT]):
     def record_extras(self) -> dict[str, Any]:
         """Method-specific facts for the run record (e.g. encode-decode error)."""
         return {}
+
+    @classmethod
+    def version_on(cls, task: str) -> int:
+        """The code version a result of this method on ``task`` carries: ``version``,
+        stepped back past each bump that ``unchanged_on`` declares a no-op on ``task``."""
+        v = cls.version
+        while v > 0 and task in cls.unchanged_on.get(v, frozenset()):
+            v -= 1
+        return v
 
     # -- a pretrained method this one builds on (injected, never loaded by the method) -----
     def pretrained_name(self) -> str | None:

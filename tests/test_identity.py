@@ -148,3 +148,19 @@ def test_code_versions_cover_task_data_and_the_pretrained_backbone(monkeypatch):
     assert not is_ok(record)
     assert is_ok({**record, "code_versions": {"task": 1, "data": 1, "pretrained:fm_ot": 2}})
     assert is_ok({"task": "no_such_task", "method": "mine"})  # unregistered: unchecked
+
+
+def test_a_bump_declared_unchanged_on_a_task_keeps_its_records_current():
+    """``Method.unchanged_on``: PMosFM version 5 (C_c's floor per coordinate channel)
+    changes only dynamic_stall among the registered tasks; a plug-in task takes the bump."""
+    from pcgbench.registry import METHODS
+    from pcgbench.results.identity import stale_versions
+
+    pm = METHODS.get("pmosfm")
+    assert pm.version == 5
+    assert pm.version_on("dynamic_stall") == 5 and pm.version_on("my_plugin_task") == 5
+    assert pm.version_on("burgers") == 4 and pm.version_on("kolmogorov") == 4
+    assert stale_versions({"method": 4, "task": 1}, "burgers", "pmosfm") == []
+    assert "method 4 < 5" in stale_versions({"method": 4}, "dynamic_stall", "pmosfm")
+    tuned = METHODS.get("pmosfm_tuned")
+    assert tuned.version_on("dynamic_stall") == 6 and tuned.version_on("darcy") == 5

@@ -332,3 +332,58 @@ def test_a_probed_diagonal_reports_its_error_and_is_refused_above_five_percent()
         fit_diagonal_from_chart(mass, torch.zeros(2, 1, 26, 64, dtype=F64), exact_max_dim=0)
     ok = fit_diagonal_from_chart(mass, torch.zeros(2, 1, 26, 64, dtype=F64))
     assert torch.allclose(ok.scale.reshape(-1) ** 2, _exact_diagonal(mass), atol=1e-12)
+
+
+def test_the_floor_of_c_c_is_per_coordinate_channel() -> None:
+    """Channels in their own units (dynamic_stall: velocity gradients beside T and rho)
+    keep their exact diag(G)^1/2 however far apart; a global rel_floor x max replaced the
+    small channel's (PMosFM version 4).  Chart: coordinates (a, b), a third field
+    channel 2a, M_h = diag(1, 1e-12, 1) per channel: diag(G) = (1 + 4, 1e-12)."""
+    g = _gen(6)
+    w = torch.tensor([1.0, 1e-12, 1.0], dtype=F64).view(3, 1, 1).expand(3, 4, 3)
+    chart = AlgebraicEliminationChart((3, 4, 3), [0, 1], lambda y, c: 2.0 * y[:, :1],
+                                      weights=w.clone())
+    assert chart.exact_geometry() is None
+    ys = torch.randn(5, *chart.coord_shape, generator=g, dtype=F64)
+    geom = fit_diagonal_from_chart(chart, ys)
+    expected = torch.tensor([5.0, 1e-12], dtype=F64).sqrt().view(2, 1, 1).expand(2, 4, 3)
+    assert torch.allclose(geom.scale, expected, rtol=1e-10)
+    # a channel whose diag(G) is zero throughout falls back to the global floor
+    from pcgbench.training.preconditioning import _floor_per_channel
+
+    d = torch.tensor([4.0, 1.0, 0.0, 0.0], dtype=F64)
+    assert torch.equal(_floor_per_channel(d, (2, 2), 1e-2),
+                       torch.tensor([4.0, 1.0, 0.04, 0.04], dtype=F64))
+
+
+def test_one_channel_keeps_the_global_floor_bit_for_bit() -> None:
+    from pcgbench.training.preconditioning import _floor_per_channel
+
+    d = torch.rand(1 * 5 * 7, generator=_gen(7), dtype=F64)
+    d[3] = 0.0
+    for shape in ((1, 5, 7), (35,)):
+        assert torch.equal(_floor_per_channel(d, shape, 1e-3),
+                           d.clamp_min(1e-3 * float(d.max())))
+
+
+def test_pmosfm_floor_noop_tasks_never_reach_a_per_channel_floor(tmp_path) -> None:
+    """The claim behind ``FLOOR_NOOP_TASKS`` (their version-4 records stay current): every
+    chart of each listed task has one coordinate channel or a closed-form C_c, and every
+    registered task outside the list has a chart that does not."""
+    from pcgbench.registry import METHODS, TASKS
+
+    noop = METHODS.get("pmosfm").unchanged_on[5]
+    assert METHODS.get("pmosfm_tuned").unchanged_on[6] == noop
+
+    def untouched(task: str) -> bool:
+        t = TASKS.get(task)("smoke", data_dir=str(tmp_path), progress=False)
+        for make in t.charts().values():
+            chart = make()
+            shape = tuple(chart.coord_shape)
+            if len(shape) >= 2 and shape[0] > 1 and \
+                    chart.exact_geometry(torch.zeros(shape)) is None:
+                return False
+        return True
+
+    assert noop <= set(TASKS.names())
+    assert {t for t in TASKS.names() if untouched(t)} == noop

@@ -51,20 +51,27 @@ def code_versions(task: Any, method: Any = None, *, reference: bool = False,
     if reference:
         versions["reference"] = task.reference_version()
     if method is not None:
-        versions["method"] = method.version
+        versions["method"] = _method_version(method, task.name)
         if pretrained is None and not isinstance(method, type):
             pretrained = [n for n in [method.pretrained_name()] if n is not None]
-    versions.update(pretrained_versions(pretrained or ()))
+    versions.update(pretrained_versions(pretrained or (), task.name))
     versions.update(extra or {})
     return {k: v for k, v in versions.items() if v}
 
 
-def pretrained_versions(names: Iterable[str]) -> dict[str, int]:
-    """``pretrained:<name>``: the version of each registered method named (others left
-    out: a plug-in not imported here)."""
+def _method_version(method: Any, task: str) -> int:
+    """A method's version on ``task`` (:meth:`Method.version_on`; a bare identity
+    without it, e.g. :class:`pcgbench.stages.plan.MethodIdentity`, carries its own)."""
+    on = getattr(method, "version_on", None)
+    return int(on(task)) if on is not None else int(method.version)
+
+
+def pretrained_versions(names: Iterable[str], task: str) -> dict[str, int]:
+    """``pretrained:<name>``: the version on ``task`` of each registered method named
+    (others left out: a plug-in not imported here)."""
     from pcgbench.registry import METHODS
 
-    return {f"pretrained:{n}": base.version for n in names
+    return {f"pretrained:{n}": base.version_on(task) for n in names
             if (base := METHODS.lookup(n)) is not None}
 
 
@@ -132,8 +139,8 @@ def stale_versions(have: Mapping[str, int], task: str, method: str,
     if (task_cls := TASKS.lookup(task)) is not None:
         now.update(code_versions(task_cls, reference=method == "data"))
     if (method_cls := METHODS.lookup(method)) is not None:
-        now["method"] = method_cls.version
+        now["method"] = method_cls.version_on(task)
     names = [k.split(":", 1)[1] for k in have if k.startswith("pretrained:")]
-    now.update(pretrained_versions(names + ([pretrained] if pretrained else [])))
+    now.update(pretrained_versions(names + ([pretrained] if pretrained else []), task))
     return [f"{k} {have.get(k, 0)} < {v}" for k, v in sorted(now.items())
             if have.get(k, 0) < v]

@@ -286,7 +286,7 @@ def _planned(task: Task, opts: RunOptions, method_cls: type[Method], config: Any
         if method_cls.pretrained_name is not Method.pretrained_name:
             raise PcgError(f"{task.name}/{opts.method}: cannot be planned before the data "
                            f"exist (pcgbench data generate --task {task.name})") from None
-        return MethodIdentity(method_cls.name, config, method_cls.version)
+        return MethodIdentity(method_cls.name, config, method_cls.version_on(task.name))
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

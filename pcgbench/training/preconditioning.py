@@ -53,7 +53,8 @@ def fit_diagonal_from_chart(
     ``max_rel_error`` (a C_c off by tens of percent per coordinate is not the paper's
     preconditioner).  ``cond`` is one condition row at which G is probed (None for
     unconditional charts).  Entries are floored at ``rel_floor * max`` so C stays
-    invertible.  The geometry's ``info`` says which route and, probed, the error."""
+    invertible (per coordinate channel: :func:`_floor_per_channel`).  The geometry's
+    ``info`` says which route and, probed, the error."""
     mu = y_samples.detach().mean(0)
     m = chart.coord_dim
     closed = chart.pullback_diagonal(mu)
@@ -86,10 +87,30 @@ def fit_diagonal_from_chart(
                            "give the chart a closed-form pullback_diagonal or raise "
                            "exact_max_dim")
         diag, info = (a + b) / 2, {"route": f"probed (2 x {n_probes})", "rel_error": rel}
-    diag = diag.clamp_min(rel_floor * float(diag.max().clamp_min(1e-300)))
+    diag = _floor_per_channel(diag, chart.coord_shape, rel_floor)
     geom = DiagonalGeometry(diag.sqrt().reshape(chart.coord_shape), mu)
     geom.info = info
     return geom
+
+
+def _floor_per_channel(diag: Tensor, coord_shape: tuple[int, ...], rel_floor: float
+                       ) -> Tensor:
+    """diag(G) [m] floored at ``rel_floor`` x the largest entry *of its own coordinate
+    channel* (so C_c stays invertible).  Channels of a multi-channel chart carry their own
+    physical units, so one floor for all is not dimensionless: on dynamic_stall's
+    algebraic chart (velocity gradients ~1e6 1/s beside T ~ 300 K and rho ~ 1) the
+    gradient channels' diag(G) ~ 7e-13 lay 1e-8 below T's and rho's largest and a global
+    floor replaced them, leaving those coordinates' RMS spread in r at 270 and 703
+    instead of 0.28 and 0.54 (PMosFM version 5).  With one channel (or flat coordinates)
+    this is the one floor of before, bit for bit; a channel with diag(G) = 0 throughout
+    gets the global one."""
+    if len(coord_shape) < 2 or coord_shape[0] == 1:
+        return diag.clamp_min(rel_floor * float(diag.max().clamp_min(1e-300)))
+    per = diag.reshape(coord_shape[0], -1)
+    top = per.amax(1, keepdim=True)
+    # a channel the metric does not see at all falls back to the global floor
+    top = torch.where(top > 0, top, diag.max()).clamp_min(1e-300)
+    return torch.maximum(per, rel_floor * top).reshape(diag.shape)
 
 
 def _probe(chart: Chart, mu: Tensor, v: Tensor, cond: Tensor | None) -> Tensor:
