@@ -48,7 +48,6 @@ from pcgbench.training.capture import GraphedModule
 from pcgbench.training.loop import WeightEMA, batch_indices, train_loop
 from pcgbench.training.preconditioning import Geometry, InputWhitening
 
-
 #: the registered tasks on which PMosFM version 5 (C_c's floor per coordinate channel)
 #: changes nothing: every chart they offer has one coordinate channel or a closed-form C_c,
 #: so the per-channel floor is the global one bit for bit or never runs
