@@ -249,3 +249,45 @@ def test_tune_quiet_prints_no_executor_chatter(dirs, tiny, monkeypatch, capfd):
           "--stage", "1"])
     err = capfd.readouterr().err
     assert "Logging is written both to" not in err
+
+
+def test_a_code_fix_or_new_task_parameters_redo_a_stored_result(dirs, tiny, monkeypatch):
+    """A study result carries its task parameters and code versions: a method version
+    bump (e.g. PMosFM 5, C_c's floor) or new task parameters make it stale -- planned
+    again and recomputed, never read as today's number -- and the val floor's cache
+    follows the task's parameters."""
+    import dataclasses
+
+    from pcgbench.registry import METHODS, TASKS
+
+    args = ("tiny", "1", "burgers", "e0|a", 0, "smoke", None, None, "cpu")
+    assert tune.tune_job(*args)["status"] == "ok"
+    (path,) = (dirs / "results" / "tune" / "tiny").rglob("seed0.json")
+    res = json.loads(path.read_text())
+    assert res["code_versions"]["method"] == METHODS.get("pmosfm").version_on("burgers")
+    assert tune.result_current(res, "pmosfm")
+    assert tune.tune_job(*args)["status"] == "exists"
+    study = tune.get_study("tiny")
+    jobs, present = tune.plan_stage(study, 0, "smoke", None, None, "cpu")
+    assert present == 1 and len(jobs) == 3
+    pm = METHODS.get("pmosfm")
+    monkeypatch.setattr(pm, "version", pm.version + 1)
+    monkeypatch.setattr(pm, "unchanged_on", {})
+    assert not tune.result_current(res, "pmosfm")
+    jobs, present = tune.plan_stage(study, 0, "smoke", None, None, "cpu")
+    assert present == 0 and len(jobs) == 4
+    assert tune.tune_job(*args)["status"] == "ok"  # recomputed
+    assert tune.tune_job(*args)["status"] == "exists"
+    # new task parameters: another val floor file, and the result is stale
+    cls = TASKS.get("burgers")
+    floors = set((dirs / "results" / "tune" / "tiny").rglob("floors/*.json"))
+    original = cls.params_for.__func__
+
+    def shifted(klass, preset):
+        p = original(klass, preset)
+        return dataclasses.replace(p, seed_val=p.seed_val + 1)
+
+    monkeypatch.setattr(cls, "params_for", classmethod(shifted))
+    assert not tune.result_current(json.loads(path.read_text()), "pmosfm")
+    assert tune.tune_job(*args)["status"] == "ok"
+    assert set((dirs / "results" / "tune" / "tiny").rglob("floors/*.json")) > floors

@@ -226,6 +226,36 @@ def result_problem(res: Any) -> str | None:
     return None
 
 
+def task_identity(task_name: str, preset: str) -> dict[str, Any]:
+    """What a study result's task is today: its parameters at ``preset`` (JSON form) and
+    its code versions (task, data, reference)."""
+    import dataclasses
+
+    from pcgbench.presets import data_preset
+    from pcgbench.registry import TASKS
+    from pcgbench.results.identity import code_versions
+
+    cls = TASKS.get(task_name)
+    params = json.loads(json.dumps(dataclasses.asdict(cls.params_for(data_preset(preset))),
+                                   default=str))
+    return {"task_params": params, "code_versions": code_versions(cls, reference=True)}
+
+
+def result_current(res: dict[str, Any], method: str) -> bool:
+    """Whether a study result was computed by today's code on today's data: its task
+    parameters equal today's and none of its code versions (task, data, method, the
+    pretrained backbone) is behind (:func:`pcgbench.results.identity.stale_versions`).  A
+    result that does not say (written before it was recorded) is not: recomputed."""
+    from pcgbench.results.identity import stale_versions
+
+    task, preset = str(res.get("task")), str(res.get("preset"))
+    if "task_params" not in res or "code_versions" not in res:
+        return False
+    if res["task_params"] != task_identity(task, preset)["task_params"]:
+        return False
+    return not stale_versions(res["code_versions"] or {}, task, method)
+
+
 def read_result(path: Path) -> dict[str, Any] | None:
     """The study result at ``path``; None when there is none, or when it cannot be used
     (one warning naming the file and why: it is recomputed, never read as a number)."""
@@ -252,6 +282,20 @@ def repeat_rows(data: FieldData, k: int) -> FieldData:
     return data.subset(torch.arange(len(data)).repeat(k))
 
 
+def _floor_tag(task: Any) -> str:
+    """The val floor's cache name suffix: the val split's version and a digest of the
+    task's parameters and code versions (new data or a fix: another file)."""
+    import hashlib
+
+    from pcgbench.results.identity import code_versions
+
+    v = val_version(task.name)
+    ident = json.dumps({"task_params": task.params_dict(),
+                        "code_versions": code_versions(task, reference=True)},
+                       sort_keys=True, default=str)
+    return (f"-val{v}" if v else "") + "-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
 def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     """Each metric of ``repeats * len(val)`` training rows against the val split, mean of
     ``FLOOR_DRAWS`` seeded draws; cached per (task, preset, repeats) under ``root``."""
@@ -260,9 +304,7 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
     from pcgbench.results.files import atomic_write_json
     from pcgbench.stages.scoring import evaluate
 
-    v = val_version(task.name)
-    path = root / "floors" / (f"{task.name}-{task.preset}-k{repeats}"
-                              + (f"-val{v}" if v else "") + ".json")
+    path = root / "floors" / f"{task.name}-{task.preset}-k{repeats}{_floor_tag(task)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
         if path.exists():
@@ -314,9 +356,8 @@ def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
     from pcgbench.stages.scoring import evaluate
 
     headline = task.headline
-    v = val_version(task.name)
     path = root / "floors" / (f"{task.name}-{task.preset}-k{repeats}-sanity-{headline}"
-                              + (f"-val{v}" if v else "") + ".json")
+                              f"{_floor_tag(task)}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     floor = val_floor(task, repeats, root).get(headline)
     with FileLock(f"{path}.lock"):
@@ -368,7 +409,7 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
     cand = study.candidate(cand_name)
     root = study_dir(study, results_dir)
     out = result_path(root, preset, stage, task_name, cand, seed)
-    if (res := read_result(out)) is not None:
+    if (res := read_result(out)) is not None and result_current(res, study.method):
         if res.get("status") != "ok" or headline_of(task_name) in (res.get("ratios") or {}):
             return {"status": "exists", "detail": _detail(res), "seconds": 0.0}
         # scored before the task's headline existed: scored again (the fit is cached)
@@ -380,12 +421,17 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
     res: dict[str, Any] = {"study": study.name, "stage": stage.name, "task": task_name,
                            "candidate": cand.name, "overrides": overrides, "seed": seed,
                            "preset": preset, "split": "val", "repeats": study.eval_repeats}
+    # what this result was computed by (a code fix or new task parameters redo it)
+    res.update(task_identity(task_name, preset))
     try:
         fitted = fit_only(opts)
     except TrainingDiverged as exc:
         res.update(status="diverged", status_reason=str(exc), metrics={})
     else:
         task, method = fitted.task, fitted.method
+        from pcgbench.results.identity import code_versions
+
+        res["code_versions"] = code_versions(task, method, reference=True)
         val = task.dataset("val")
         k = study.eval_repeats
         rows = repeat_rows(val, k)
@@ -440,8 +486,9 @@ def load_results(study: Study, root: Path, preset: str, stage: Stage,
             for seed in stage.seeds:
                 p = result_path(root, preset, stage, task, cand, seed)
                 res = read_result(p)
-                if res is not None and (res.get("status") != "ok"
-                                        or headline_of(task) in (res.get("ratios") or {})):
+                if res is not None and result_current(res, study.method) and (
+                        res.get("status") != "ok"
+                        or headline_of(task) in (res.get("ratios") or {})):
                     found[cand.name].append(res)
                 else:  # absent, or scored before the task's headline existed
                     missing += 1
@@ -641,8 +688,8 @@ def plan_stage(study: Study, index: int, preset: str, results_dir: str | None,
     for cand in stage_candidates(study, root, preset, index):
         for task in study.tasks:
             for seed in stage.seeds:
-                if read_result(result_path(root, preset, stage, task, cand, seed)) \
-                        is not None:
+                res = read_result(result_path(root, preset, stage, task, cand, seed))
+                if res is not None and result_current(res, study.method):
                     present += 1
                     continue
                 jobs.append(Job("tune", f"stage {stage.name} {task} {cand.name} seed {seed}",
