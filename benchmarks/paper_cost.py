@@ -56,6 +56,10 @@ TEST_ROWS = {
     "navier_stokes": lambda p: p.n_ic_test * p.n_phi_test,
     # n_test counts held-out conditions, each sampled once per realization
     "dynamic_stall": lambda p: p.n_test * p.realizations,
+    # the frames after train and val, each sampled ``ensemble`` times
+    "hit_forecasting": lambda p: (p.flow.n_frames - p.flow.offset - p.n_train - p.n_val)
+    * p.ensemble,
+    "kf_generation": lambda p: p.n_traj_test * p.snaps_per_traj,
 }
 
 
@@ -75,6 +79,9 @@ def test_rows(name: str, full, probe, probe_test: int) -> tuple[int, str]:
     base = TASKS.get(name).variant_of or name
     if base in TEST_ROWS:
         return int(TEST_ROWS[base](p)), "from the preset's parameters"
+    if hasattr(p, "test_conditions") and hasattr(p, "ensemble"):
+        # HIT reconstruction: each test frame sampled ``ensemble`` times
+        return int(p.test_conditions * p.ensemble), "test_conditions x ensemble"
     if hasattr(p, "n_test"):
         return int(p.n_test), "n_test"
     ratio = 1.0
@@ -160,7 +167,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=None, help="default: every task")
     ap.add_argument("--methods", nargs="+", default=None,
-                    help="default: the paper's methods of each task (pcgbench.paper.cost)")
+                    help="default: the paper's methods of each task (pcgbench.paper.cost); given: "
+                         "exactly these")
     ap.add_argument("--preset", default="paper")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--updates", type=int, default=3, help="timed updates after warm-up")
@@ -200,7 +208,8 @@ def main() -> None:
     data_dir = Path(args.data_dir) if args.data_dir else Path(scratch.name)
     rows: list[CostRow] = []
     for tname, methods in matrix.items():
-        methods = [m for m in methods if args.methods is None or m in args.methods]
+        # --methods names exactly what is probed (a base such as PCFT's FM-OT included)
+        methods = list(args.methods) if args.methods is not None else methods
         try:
             with time_limit(args.max_data_seconds / 60):
                 full, task, data_s, data_h = probe_data(tname, args.preset, data_dir,

@@ -70,7 +70,8 @@ def test_sweep_dry_run_prints_the_price(dirs, capsys, monkeypatch, tmp_path):
 
 def test_the_probe_prices_the_rows_a_run_samples(tmp_path):
     """benchmarks/paper_cost.py's test-row count equals the test split's length, also where
-    ``n_test`` counts conditions sampled once per realization (dynamic stall)."""
+    ``n_test`` counts conditions sampled once per realization (dynamic stall) or test
+    frames sampled ``ensemble`` times (HIT reconstruction): every registered task."""
     import importlib.util
     from pathlib import Path
 
@@ -80,7 +81,14 @@ def test_the_probe_prices_the_rows_a_run_samples(tmp_path):
     spec = importlib.util.spec_from_file_location("paper_cost_probe", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for name in ("dynamic_stall", "burgers", "heat"):
-        task = TASKS.get(name)("smoke", data_dir=tmp_path, progress=False)
-        rows, _ = mod.test_rows(name, task, task, probe_test=0)
-        assert rows == len(task.dataset("test")), name
+    failed = {}
+    for name in sorted(TASKS.names()):
+        cls = TASKS.get(name)
+        task = cls("smoke", data_dir=tmp_path, progress=False)
+        probe = cls("smoke", data_dir=tmp_path / "probe", progress=False,
+                    params=task.generation_probe())
+        rows, how = mod.test_rows(name, task, probe.params,
+                                  probe_test=len(probe.dataset("test")))
+        if rows != len(task.dataset("test")):
+            failed[name] = (rows, len(task.dataset("test")), how)
+    assert not failed
