@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
 
@@ -59,6 +59,8 @@ class PBFMConfig(MethodConfig):
     #: False: the flow-matching gradient alone, no unrolled residual (a diagnostic
     #: ablation, not PBFM: what the residual loss does to the samples; a variant column)
     residual: bool = True
+    #: ``residual`` came after PBFM's published cells: a record without it ran True
+    added_at_default: ClassVar[dict[str, Any]] = {"residual": True}
     # "batch": mean(t) * mean(e) (the reference's broadcast); "sample": mean(t_b e_b)
     # (ours, per-sample weight); "none": mean(e)
     residual_t_weight: Literal["batch", "sample", "none"] = "batch"

@@ -33,6 +33,12 @@ class MethodConfig:
     refitting it; they stay in the record's identity (a variant column)."""
 
     sampling_only: ClassVar[frozenset[str]] = frozenset()
+    #: fields added after records of the method existed, each with the value that runs
+    #: what ran before it (PBFM's ``residual``: True): a record without the field is the
+    #: same identity as one with it at that value (:func:`pcgbench.results.identity.
+    #: legacy_key`; sweep, run and reproduce find it), so adding a field never re-runs the
+    #: published cells
+    added_at_default: ClassVar[Mapping[str, Any]] = {}
     #: the field that holds the training budget in updates (``--set iterations=N``, a
     #: ``tune`` stage's budget, the budget warning, the fit's log line); ``None`` for a
     #: config with no training budget (a field named ``iterations`` that means something

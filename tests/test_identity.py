@@ -164,3 +164,57 @@ def test_a_bump_declared_unchanged_on_a_task_keeps_its_records_current():
     assert "method 4 < 5" in stale_versions({"method": 4}, "dynamic_stall", "pmosfm")
     tuned = METHODS.get("pmosfm_tuned")
     assert tuned.version_on("dynamic_stall") == 6 and tuned.version_on("darcy") == 5
+
+
+def test_every_added_at_default_field_is_its_config_s_default():
+    """``MethodConfig.added_at_default`` names real fields at their declared defaults (a
+    record without the field is the run with it at that value)."""
+    import dataclasses
+
+    from pcgbench.registry import METHODS
+
+    for name in METHODS.names():
+        cfg_cls = METHODS.get(name).Config
+        defaults = {f.name: f.default for f in dataclasses.fields(cfg_cls)}
+        for k, v in cfg_cls.added_at_default.items():
+            assert k in defaults and defaults[k] == v, (name, k)
+
+
+def test_a_record_from_before_a_config_field_is_found_not_rerun(dirs, tmp_path):
+    """PBFM's ``residual`` came after its published cells: sweep, run and reproduce find
+    the cell under the name it had (``legacy_key``), so nothing is re-run; a run with
+    the field off has no older name."""
+    import shutil
+    from pathlib import Path
+
+    from pcgbench.results.identity import legacy_key
+    from pcgbench.results.layout import identity_name
+    from pcgbench.stages.plan import RunOptions, record_paths, resolve
+    from pcgbench.stages.runner import run
+
+    key = {"config": {"a": 1, "residual": True}, "seed": 0}
+
+    class Cfg:
+        added_at_default = {"residual": True}
+
+    assert legacy_key(key, Cfg()) == {"config": {"a": 1}, "seed": 0}
+    assert legacy_key({**key, "config": {"a": 1, "residual": False}}, Cfg()) is None
+    # the published Burgers PBFM cells (recorded before the field) are found by name
+    opts = RunOptions(task="burgers", method="pbfm", seed=0, preset="cpu",
+                      results_dir=str(tmp_path / "r"), data_dir=str(tmp_path / "d"))
+    names = {identity_name(p) for p in record_paths(opts)}
+    shipped = Path(__file__).resolve().parents[1] / "published" / "records"
+    assert len(names) == 2 and sum((shipped / n).exists() for n in names) == 1
+    off = RunOptions(task="burgers", method="pbfm", seed=0, preset="cpu",
+                     overrides={"residual": False}, results_dir=str(tmp_path / "r"),
+                     data_dir=str(tmp_path / "d"))
+    assert len(record_paths(off)) == 1
+    # a run finds a record stored under the older name and does not run again
+    smoke = RunOptions(task="burgers", method="pbfm", seed=0, preset="smoke",
+                       progress=False, overrides={"iterations": 2})
+    first, path, reused = run(smoke)
+    assert not reused
+    (old,) = resolve(smoke, planning=True).legacy_paths
+    shutil.move(path, old)
+    again, where, reused = run(smoke)
+    assert reused and where == old and again.get("seed") == first.get("seed")

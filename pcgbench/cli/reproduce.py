@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.leaderboard.tables import is_ok, stale_reason
     from pcgbench.presets import check_preset
     from pcgbench.results.layout import identity_name
-    from pcgbench.stages.runner import RunOptions, record_path, run
+    from pcgbench.stages.plan import record_paths
+    from pcgbench.stages.runner import RunOptions, run
 
     check_preset(args.preset)
     pub, column = _find(args)
@@ -85,9 +86,10 @@ def run(args: argparse.Namespace) -> int:
                           results_dir=args.results if args.keep else tmp,
                           data_dir=args.data_dir, force=args.keep,
                           progress=not args.quiet)
-        if identity_name(record_path(opts)) != relative_name(pub):
+        names = record_paths(opts)
+        if relative_name(pub) not in {identity_name(p) for p in names}:
             raise PcgError(f"the published cell {relative_name(pub)} is not what this code "
-                           f"runs for it ({record_path(opts).name}): another identity")
+                           f"runs for it ({names[0].name}): another identity")
         t0 = time.perf_counter()
         new, path, _ = run(opts)
         wall = time.perf_counter() - t0

@@ -105,14 +105,15 @@ def _record_pretrained(opts: RunOptions, record: RunRecord) -> None:
     beside the methods built on it."""
     import dataclasses
 
-    from pcgbench.stages.runner import record_path, run
+    from pcgbench.stages.plan import record_paths
+    from pcgbench.stages.runner import run
 
     base = record.pretrained
     if not base or base == opts.method:
         return
     base_opts = dataclasses.replace(opts, method=base, overrides={}, chart=None, tag=None,
                                     force=False)
-    if record_path(base_opts).exists():
+    if any(p.exists() for p in record_paths(base_opts)):
         return
     base_record, path, _ = run(base_opts)
     print(f"  also recorded {base}, which {opts.method} builds on (its fitted checkpoint "

@@ -101,6 +101,18 @@ def run_key(task: Task, method: Any, opts: RunOptions, device: torch.device | No
     }, code_versions(task, method))
 
 
+def legacy_key(key: dict[str, Any], config: Any) -> dict[str, Any] | None:
+    """The run ``key`` as a record written before ``config``'s ``added_at_default`` fields
+    existed names it: those fields left out where they hold the declared value (what ran
+    before them); None when none is left out (nothing older can be this run)."""
+    added = getattr(type(config), "added_at_default", {}) or {}
+    cfg = key.get("config", {})
+    drop = [k for k, v in added.items() if k in cfg and cfg[k] == v]
+    if not drop:
+        return None
+    return {**key, "config": {k: v for k, v in cfg.items() if k not in drop}}
+
+
 def fit_key(key: dict[str, Any], config: Any) -> dict[str, Any]:
     """The checkpoint's identity: the run key without the config's ``sampling_only``
     fields (a sampler-only change reuses the fitted model)."""

@@ -36,6 +36,7 @@ from pcgbench.results import layout
 from pcgbench.results.files import results_dir as default_results_dir
 from pcgbench.results.identity import (
     fit_key,
+    legacy_key,
     record_extra,
     run_key,
 )
@@ -360,6 +361,14 @@ class RunPlan:
     record_path: Path
     checkpoint: Path
     variant: str | None
+    #: where a record of this same run written before a config field was added lies
+    #: (:func:`pcgbench.results.identity.legacy_key`); () when there is none
+    legacy_paths: tuple[Path, ...] = ()
+
+    @property
+    def record_paths(self) -> tuple[Path, ...]:
+        """Every name a record of this run may have: today's, then the legacy one."""
+        return (self.record_path, *self.legacy_paths)
 
     @property
     def config(self) -> Any:
@@ -402,6 +411,8 @@ def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = Non
     key = run_key(task, method, opts, identity_device or dev)
     extra = record_extra(opts)
     path = layout.record_path(root, key, extra)
+    old = legacy_key(key, method.config)
+    legacy = () if old is None else (layout.record_path(root, old, extra),)
     ckpt = layout.checkpoint_path(root, fit_key(key, method.config))
     entry = protocol_for(task.name, method_cls)
     protocol = {**entry.as_record(), "applied": bool(layers.protocol),
@@ -409,10 +420,17 @@ def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = Non
     return RunPlan(options=opts, device=dev, root=root, task=task, method=method,
                    layers=layers, default=default, protocol=protocol, key=key,
                    record_extra=extra, record_path=path, checkpoint=ckpt,
-                   variant=variant_label(task, method.config, default, opts))
+                   variant=variant_label(task, method.config, default, opts),
+                   legacy_paths=legacy)
 
 
 def record_path(opts: RunOptions) -> Path:
     """Where the record of a run would be written (builds task and method; runs no
     solver: planning mode)."""
     return resolve(opts, planning=True).record_path
+
+
+def record_paths(opts: RunOptions) -> tuple[Path, ...]:
+    """Every name a record of the run may have (:attr:`RunPlan.record_paths`): where it
+    would be written, then where one written before a config field was added lies."""
+    return resolve(opts, planning=True).record_paths

@@ -54,6 +54,12 @@ def run(opts: RunOptions) -> tuple[RunRecord, Path, bool]:
     # identical concurrent runs: the first does the work, the others wait and skip
     with FileLock(f"{path}.lock"):
         existing = read_record(path) if not opts.force else None
+        if existing is None and not opts.force:
+            # the same run recorded before a config field was added (its old name)
+            for old in plan.legacy_paths:
+                if old.exists() and (existing := read_record(old)) is not None:
+                    path = old
+                    break
         if existing is not None and not rescorable(existing, plan):
             # the floor of this cell, where a code change made the old one stale
             data_reference_record(plan.task, opts)

@@ -41,7 +41,7 @@ from pcgbench.stages.plan import (
     RunOptions,
     build_task,
     method_config,
-    record_path,
+    record_paths,
     resolve,
 )
 
@@ -150,8 +150,8 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 opts = options(task_name, method, seed)
                 label = f"{task_name}/{method} seed {seed}"
                 try:
-                    path = record_path(opts)
-                    recorded = path.exists()
+                    paths = record_paths(opts)
+                    recorded = any(p.exists() for p in paths)
                 except PcgError as exc:
                     note = f"{task_name}/{method}: {exc}"
                     if note not in unplanned:
@@ -160,7 +160,7 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 if recorded:
                     existing.append(label)
                     continue
-                if identity_name(path) in published:
+                if any(identity_name(p) in published for p in paths):
                     done_elsewhere.append(label)
                     continue
                 stage = "backbone" if method in backbones else "method"
