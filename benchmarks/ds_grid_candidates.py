@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import types
 from pathlib import Path
 
 from pcgbench.registry import TASKS
@@ -40,21 +39,12 @@ for _key, (_nt, _ns) in GRIDS.items():
 
 
 def main(keys: list[str]) -> None:
-    import torch
-
     sys.path.insert(0, str(Path(__file__).parent))
-    from paper_cost import probe_method
+    from paper_cost import print_one_core_fits
 
-    torch.set_num_threads(1)
-    args = types.SimpleNamespace(warmup=2, updates=8, batch_size=None, sample_batch=8,
-                                 sample_batches=1)
     for key in keys or list(GRIDS):
         task = TASKS.get(f"dscand_{key}")("cpu", progress=False)
-        for m in ("fm_ot", "pidm", "pmosfm", "pbfm"):
-            r = probe_method(task, m, "cpu", torch.device("cpu"), args)
-            print(f"{key} {task.params.n_time}x{task.params.n_surf} {m}: "
-                  f"{r['s_update']:.4f} s/update, {r['s_update'] * r['updates'] / 60:.1f} min "
-                  f"at {r['updates']} updates", flush=True)
+        print_one_core_fits(f"{key} {task.params.n_time}x{task.params.n_surf}", task)
 
 
 if __name__ == "__main__":

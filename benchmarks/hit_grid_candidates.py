@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import types
 from pathlib import Path
 
 from pcgbench.registry import TASKS
@@ -53,22 +52,12 @@ for _key, _layout in LAYOUTS.items():
 
 
 def main(keys: list[str]) -> None:
-    import torch
-
     sys.path.insert(0, str(Path(__file__).parent))
-    from paper_cost import probe_method
+    from paper_cost import print_one_core_fits
 
-    torch.set_num_threads(1)
-    args = types.SimpleNamespace(warmup=2, updates=6, batch_size=None, sample_batch=8,
-                                 sample_batches=1)
     for key in keys or list(LAYOUTS):
         task = TASKS.get(f"hitcand_{key}")("cpu", progress=False)
-        n = task.params.flow.n
-        for m in ("fm_ot", "pidm", "pmosfm", "pbfm"):
-            r = probe_method(task, m, "cpu", torch.device("cpu"), args)
-            print(f"{key} {n}^3 {m}: {r['s_update']:.4f} s/update, "
-                  f"{r['s_update'] * r['updates'] / 60:.1f} min at {r['updates']} updates",
-                  flush=True)
+        print_one_core_fits(f"{key} {task.params.flow.n}^3", task, updates=6)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,20 @@ def _tiled(data: FieldData, n: int) -> FieldData:
     return FieldData(x, cond)
 
 
+def print_one_core_fits(label: str, task, methods=("fm_ot", "pidm", "pmosfm", "pbfm"),
+                        updates: int = 8, warmup: int = 2) -> None:
+    """One line per method: one-core seconds per update of a ``cpu`` fit on ``task`` and
+    the minutes of its full budget (the candidate-grid plug-ins' cost column)."""
+    torch.set_num_threads(1)
+    args = argparse.Namespace(warmup=warmup, updates=updates, batch_size=None,
+                              sample_batch=8, sample_batches=1)
+    for m in methods:
+        r = probe_method(task, m, "cpu", torch.device("cpu"), args)
+        print(f"{label} {m}: {r['s_update']:.4f} s/update, "
+              f"{r['s_update'] * r['updates'] / 60:.1f} min at {r['updates']} updates",
+              flush=True)
+
+
 def probe_method(task, name: str, preset: str, device: torch.device, args) -> dict:
     """s/update (None: trains nothing), s/sample, the preset's updates, the batch used."""
     opts = RunOptions(task=task.name, method=name, preset=preset, device=str(device),
