@@ -544,7 +544,7 @@ def test_16_a_run_recorded_by_a_concurrent_sweep_is_not_a_failure(recorded, monk
     import pcgbench.stages.sweep as sweep
 
     # plan as if nothing were recorded (the other sweep finished it in between)
-    monkeypatch.setattr(sweep, "record_path", lambda opts: Path("/nonexistent/record.json"))
+    monkeypatch.setattr(sweep, "record_paths", lambda opts: (Path("/nonexistent/record.json"),))
     rc, out, _ = cli(capsys, SWEEP)
     assert rc == 0 and "1 exists" in out
 
