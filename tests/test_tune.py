@@ -291,3 +291,24 @@ def test_a_code_fix_or_new_task_parameters_redo_a_stored_result(dirs, tiny, monk
     assert not tune.result_current(json.loads(path.read_text()), "pmosfm")
     assert tune.tune_job(*args)["status"] == "ok"
     assert set((dirs / "results" / "tune" / "tiny").rglob("floors/*.json")) > floors
+
+
+def test_a_diverged_result_carries_its_code_versions_and_is_not_refitted(dirs, tiny,
+                                                                          monkeypatch):
+    """A fit that diverged is a result of today's code too: stored with the method's
+    version, it is current and not fitted again on the next call."""
+    import pcgbench.stages.runner as runner
+    from pcgbench.errors import TrainingDiverged
+    from pcgbench.registry import METHODS
+
+    def diverge(opts):
+        raise TrainingDiverged("loss 1e12")
+
+    monkeypatch.setattr(runner, "fit_only", diverge)
+    args = ("tiny", "1", "burgers", "e0|a", 0, "smoke", None, None, "cpu")
+    assert tune.tune_job(*args)["status"] == "diverged"
+    (path,) = (dirs / "results" / "tune" / "tiny").rglob("seed0.json")
+    res = json.loads(path.read_text())
+    assert res["code_versions"]["method"] == METHODS.get("pmosfm").version_on("burgers")
+    assert tune.result_current(res, "pmosfm")
+    assert tune.tune_job(*args)["status"] == "exists"

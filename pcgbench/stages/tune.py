@@ -226,19 +226,22 @@ def result_problem(res: Any) -> str | None:
     return None
 
 
-def task_identity(task_name: str, preset: str) -> dict[str, Any]:
-    """What a study result's task is today: its parameters at ``preset`` (JSON form) and
-    its code versions (task, data, reference)."""
+def task_identity(task_name: str, preset: str, method: str | None = None
+                  ) -> dict[str, Any]:
+    """What a study result is computed by today: the task's parameters at ``preset`` (JSON
+    form) and the code versions (task, data, reference and, named, ``method``'s on it)."""
     import dataclasses
 
     from pcgbench.presets import data_preset
-    from pcgbench.registry import TASKS
+    from pcgbench.registry import METHODS, TASKS
     from pcgbench.results.identity import code_versions
 
     cls = TASKS.get(task_name)
     params = json.loads(json.dumps(dataclasses.asdict(cls.params_for(data_preset(preset))),
                                    default=str))
-    return {"task_params": params, "code_versions": code_versions(cls, reference=True)}
+    method_cls = METHODS.get(method) if method is not None else None
+    return {"task_params": params,
+            "code_versions": code_versions(cls, method_cls, reference=True)}
 
 
 def result_current(res: dict[str, Any], method: str) -> bool:
@@ -421,8 +424,9 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
     res: dict[str, Any] = {"study": study.name, "stage": stage.name, "task": task_name,
                            "candidate": cand.name, "overrides": overrides, "seed": seed,
                            "preset": preset, "split": "val", "repeats": study.eval_repeats}
-    # what this result was computed by (a code fix or new task parameters redo it)
-    res.update(task_identity(task_name, preset))
+    # what this result was computed by (a code fix or new task parameters redo it; a
+    # diverged fit keeps these, so it is not refitted while the code stands)
+    res.update(task_identity(task_name, preset, study.method))
     try:
         fitted = fit_only(opts)
     except TrainingDiverged as exc:
