@@ -33,6 +33,23 @@ def shared_jacobian(g: ConstraintFn, z: Tensor, cond: Cond = None) -> Tensor:
     return batched_jacobian(g, z[:1], c0)
 
 
+def linear_part_shared(g: ConstraintFn, z: Tensor, cond: Cond, jac: Tensor,
+                       rtol: float = 1e-4) -> bool:
+    """Whether ``jac`` [1, k, n], the first sample's Jacobian of an affine ``g``, is every
+    sample's: ``g(z + d) - g(z) = J d`` batch-wide for one seeded direction ``d``, to
+    ``rtol`` of the largest ``|J d|``.  False where the linear part depends on the
+    condition (e.g. HIT reconstruction's observation mask, one per condition)."""
+    if cond is None or z.shape[0] < 2:
+        return True
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    d = torch.randn(z.shape, generator=gen, dtype=z.dtype).to(z.device)
+    b = z.shape[0]
+    dh = (g(z + d, cond) - g(z, cond)).reshape(b, -1)
+    pred = d.reshape(b, -1) @ jac[0].transpose(0, 1)
+    scale = float(pred.abs().max().clamp_min(torch.finfo(z.dtype).tiny))
+    return float((dh - pred).abs().max()) <= rtol * scale
+
+
 def dense_gram(jac: Tensor) -> Tensor:
     """``J J^T`` by one batched matrix product."""
     return jac @ jac.transpose(1, 2)

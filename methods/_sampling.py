@@ -23,7 +23,9 @@ matrix from ~15 JVPs instead of ~1,000 reverse passes).
 
 For affine constraints ``h(x, c) = A x - b(c)`` the Jacobian is constant: it is
 computed once per ``sample`` call, at the first sample, and shared by the batch
-(``shared_jacobian``; valid when ``A`` does not depend on the condition).
+(``shared_jacobian``), where ``A`` does not depend on the condition (checked,
+``linear_part_shared``) and its Gram is small enough to factor; otherwise the projection
+samplers go matrix-free (``_matrix_free``: AD products and CG, the same projection).
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ from pcgbench.methods._linalg import (  # noqa: F401 - re-exported (the plugin t
     batched_jacobian,
     damp,
     dense_gram,
+    linear_part_shared,
     shared_jacobian,
     spd_solve,
 )
+from pcgbench.methods._matrix_free import MatrixFreeJacobian
 from pcgbench.runtime.timing import free_memory_bytes
 from pcgbench.task import Constraint, FieldData, Task
 
@@ -96,6 +100,15 @@ def normalized(h: ConstraintFn, task: Task) -> ConstraintFn:
 # -- Jacobians and projections -----------------------------------------------------------------
 MAX_DENSE_ROWS = 16_384  # largest dense Gram a projection sampler factors (kf at paper)
 
+#: registered tasks whose linear constraints' Jacobian is the same for every condition (or
+#: that have no linear constraint): there the shared dense route of the projection
+#: samplers is unchanged by the matrix-free one (ECI 2, PCFM 1, CCFM 1 keep their older
+#: records; tests/test_matrix_free.py checks the set against every registered task)
+SHARED_JACOBIAN_TASKS = frozenset({
+    "burgers", "burgers_bc", "burgers_ic", "darcy", "dynamic_stall", "heat",
+    "hit_forecasting", "kf_generation", "kf_reconstruction", "kolmogorov", "navier_stokes",
+    "reaction_diffusion_ic", "turbulence_mass_transfer"})
+
 
 def gauss_newton_project(
     g: ConstraintFn,
@@ -103,7 +116,7 @@ def gauss_newton_project(
     cond: Cond = None,
     steps: int = 1,
     damping: float = 0.0,
-    jac: Tensor | DenseJacobian | None = None,
+    jac: Tensor | DenseJacobian | MatrixFreeJacobian | None = None,
     anchor: bool = False,
     jacobian: JacobianFn | None = None,
 ) -> Tensor:
@@ -132,21 +145,28 @@ def gauss_newton_project(
             J = linearize(g, u.reshape(b, *shape), cond, jac, jacobian)
             if anchor:
                 d = zf - u
-                lam = J.solve(J.matvec(d) + r, damping)
-                new = u + d - J.rmatvec(lam)
+                new = u + d - _correction(J, J.matvec(d) + r, damping)
             else:
-                new = u - J.rmatvec(J.solve(r, damping))
+                new = u - _correction(J, r, damping)
             ok = torch.isfinite(new).all(dim=1, keepdim=True)
             u = torch.where(ok, new, u)
     return u.reshape(b, *shape)
 
 
-def linearize(g: ConstraintFn, z: Tensor, cond: Cond, jac: Tensor | DenseJacobian | None = None,
-              jacobian: JacobianFn | None = None) -> Linearization:
+def _correction(J: Linearization | MatrixFreeJacobian, rhs: Tensor, damping: float) -> Tensor:
+    """``J^T (J J^T + damping c I)^+ rhs``: the change of one Gauss-Newton step."""
+    if isinstance(J, MatrixFreeJacobian):
+        return J.correction(rhs, damping)
+    return J.rmatvec(J.solve(rhs, damping))
+
+
+def linearize(g: ConstraintFn, z: Tensor, cond: Cond,
+              jac: Tensor | DenseJacobian | MatrixFreeJacobian | None = None,
+              jacobian: JacobianFn | None = None) -> Linearization | MatrixFreeJacobian:
     """``dg/dz`` at z for a Gauss-Newton step: the fixed ``jac`` of an affine constraint;
     a coloured plan's own form (sparse rows when its Gram is block diagonal); else the
     dense ``jacobian(g, z, cond)`` (default :func:`batched_jacobian`)."""
-    if isinstance(jac, DenseJacobian):
+    if isinstance(jac, (DenseJacobian, MatrixFreeJacobian)):
         return jac
     if jac is not None:
         return DenseJacobian(jac, dense_gram)
@@ -289,22 +309,61 @@ class BackboneSampler(Method[ConfigT]):
             self._jac_plans[key] = plan
         return self._jac_plans[key] or batched_jacobian
 
+    @staticmethod
+    def constraint_rows(h: ConstraintFn, z: Tensor, cond: Cond) -> int:
+        """k: the rows of one sample's constraint vector."""
+        return h(z[:1], None if cond is None else cond[:1]).reshape(1, -1).shape[1]
+
+    @staticmethod
+    def dense_fits(k: int, z: Tensor, samples: int = 1) -> bool:
+        """Whether ``samples`` dense [k, n] Jacobians fit in a quarter of the memory free
+        on z's device."""
+        free = free_memory_bytes(z.device)
+        return free is None or samples * k * z[0].numel() * z.element_size() <= free / 4
+
     def check_jacobian_size(self, h: ConstraintFn, z: Tensor, cond: Cond) -> int:
         """Refuse in one line, before any Jacobian is formed, where one sample's dense
         constraint Jacobian [k, n] exceeds a quarter of the memory free on the device
         (the projection samplers take it densely at least once: the shared Jacobian of an
         affine constraint, or the probes that detect a sparsity pattern).  Returns k."""
-        k = h(z[:1], None if cond is None else cond[:1]).reshape(1, -1).shape[1]
-        n = z[0].numel()
-        need = k * n * z.element_size()
-        free = free_memory_bytes(z.device)
-        if free is not None and need > free / 4:
+        k = self.constraint_rows(h, z, cond)
+        if not self.dense_fits(k, z):
+            n = z[0].numel()
+            need = k * n * z.element_size()
+            free = free_memory_bytes(z.device) or 0
             raise PcgError(
                 f"method {self.name!r}: task {self.task.name!r} has a {k:,} x {n:,} "
                 f"constraint Jacobian per sample ({need / 1e9:.1f} GB in {z.dtype}), over a "
                 f"quarter of the {free / 1e9:.1f} GB free on {z.device}; this projection "
-                "method has no matrix-free solver")
+                "method has no matrix-free solver for these constraints")
         return k
+
+    def affine_linearization(self, h: ConstraintFn, z: Tensor, cond: Cond
+                             ) -> DenseJacobian | MatrixFreeJacobian:
+        """The fixed Jacobian of the affine ``h`` for one ``sample`` call.  The closed form
+        where it serves: the first sample's dense J (:func:`shared_jacobian`), its Gram
+        factored once, when it has at most :data:`MAX_DENSE_ROWS` rows, fits in memory
+        and is every condition's (:func:`linear_part_shared`); else the same projection
+        matrix-free (:class:`MatrixFreeJacobian`: AD products, CG solves)."""
+        k = self.constraint_rows(h, z, cond)
+        if k <= MAX_DENSE_ROWS and self.dense_fits(k, z):
+            jac = shared_jacobian(h, z, cond)
+            if linear_part_shared(h, z, cond, jac):
+                return DenseJacobian(jac)
+        return MatrixFreeJacobian(h, z, cond)
+
+    def affine_jacobian(self, h: ConstraintFn, z: Tensor, cond: Cond) -> Tensor:
+        """The dense Jacobian [1, k, n] of the affine ``h`` for one ``sample`` call, the
+        first sample's; refused in one line where it is not every condition's (a method
+        that needs J's rows densely and has no per-condition route)."""
+        self.check_jacobian_size(h, z, cond)
+        jac = shared_jacobian(h, z, cond)
+        if not linear_part_shared(h, z, cond, jac):
+            raise PcgError(
+                f"method {self.name!r}: task {self.task.name!r}'s linear constraints depend "
+                "on the condition (e.g. an observation mask per condition); this method "
+                "needs one dense Jacobian for the batch and has no per-condition route")
+        return jac
 
     def check_dense_solve(self, k: int, jacobian: JacobianFn | None) -> None:
         """Refuse in one line where every projection step would factor a dense k x k Gram
@@ -316,7 +375,8 @@ class BackboneSampler(Method[ConfigT]):
             raise PcgError(
                 f"method {self.name!r}: task {self.task.name!r} has {k:,} constraint rows; "
                 f"its projections would factor a dense {k:,} x {k:,} Gram every step (limit "
-                f"{MAX_DENSE_ROWS:,}) and this projection method has no matrix-free solver")
+                f"{MAX_DENSE_ROWS:,}), and the matrix-free route serves affine constraints "
+                "only")
 
     def constraint_fn(self, names: Sequence[str] = ()) -> tuple[ConstraintFn, bool]:
         """(h in normalized units, all-linear flag) for the selected constraints.  ``h``

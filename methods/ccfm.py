@@ -29,10 +29,10 @@ from pcgbench.config import Bounds
 from pcgbench.method import MethodConfig
 from pcgbench.methods._jacobian import DenseJacobian
 from pcgbench.methods._sampling import (
+    SHARED_JACOBIAN_TASKS,
     BackboneSampler,
     batched_jacobian,
     linearize,
-    shared_jacobian,
 )
 from pcgbench.registry import METHODS
 from pcgbench.runtime.timing import PhaseTimer
@@ -108,6 +108,11 @@ class CCFM(BackboneSampler[CCFMConfig]):
 
     Config = CCFMConfig
     description = "CCFM: chance-constrained projection of x_t (Liang et al. 2025; our solver)"
+    #: 1: refused where the condition moves the linear part (HIT reconstruction's masks;
+    #: before: the first condition's J for all); bit for bit the same on every task of
+    #: ``SHARED_JACOBIAN_TASKS``
+    version = 1
+    unchanged_on = {1: SHARED_JACOBIAN_TASKS}
 
     def __init__(self, task, config: CCFMConfig, device="cpu"):
         super().__init__(task, config, device)
@@ -124,7 +129,8 @@ class CCFM(BackboneSampler[CCFMConfig]):
         kappa = math.sqrt(2.0) * torch.erfinv(torch.tensor(1.0 - 2.0 * cfg.level)).item()
         z = self.noise(n, generator)
         k = self.check_jacobian_size(h, z, cond)
-        jac = DenseJacobian(shared_jacobian(h, z, cond)) if linear else None  # factored once
+        # factored once (refused where the condition moves the linear part)
+        jac = DenseJacobian(self.affine_jacobian(h, z, cond)) if linear else None
         jacobian = batched_jacobian if linear else self.jacobian_fn(
             cfg.constraints, h, z, cond, cfg.jacobian)
         self.check_dense_solve(k, jacobian)

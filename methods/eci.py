@@ -4,7 +4,9 @@ For each of n Euler steps (t = k/n, t' = t + 1/n), ``n_mix`` times (REFERENCES.m
 paper App. baseline-mechanisms): extrapolate x1 = x + (1 - t) v(x, t); correct x1 <- Q(x1), the
 closed-form orthogonal projection Q(x) = x - J^T (J J^T)^-1 h(x) onto affine h(x) = A x - b (J = A
 and P = J^T (J J^T)^-1 computed once per ``sample`` call, vmap/jacrev at the first sample; for
-Burgers ``mass``, the uniform shift of every time slice to the mean of the slice means);
+Burgers ``mass``, the uniform shift of every time slice to the mean of the slice means; where A
+depends on the condition or its Gram is too large to factor, the same Q matrix-free:
+``_matrix_free``, CGLS to a relative residual of 1e-7);
 interpolate x = s x1 + (1 - s) eps, s = t for the first n_mix - 1 repetitions, t' for the last.
 As in amazon-science/ECI-sampling (``models/functional.py`` ``eci_sample``) a counter is
 incremented *before* the test ``cnt % k == 0`` (k = ``resample_step``), so eps is redrawn at
@@ -27,7 +29,9 @@ import torch
 
 from pcgbench.errors import PcgError
 from pcgbench.method import MethodConfig
+from pcgbench.methods._jacobian import DenseJacobian
 from pcgbench.methods._sampling import (
+    SHARED_JACOBIAN_TASKS,
     BackboneSampler,
     apply_projector,
     batched_jacobian,
@@ -35,7 +39,6 @@ from pcgbench.methods._sampling import (
     normalized,
     orthogonal_projector,
     select_constraints,
-    shared_jacobian,
     stack_constraints,
 )
 from pcgbench.registry import METHODS
@@ -49,7 +52,9 @@ class ECIConfig(MethodConfig):
     steps: int = 20  # Euler steps n
     n_mix: int = 1  # extrapolate-correct-interpolate repetitions per step
     resample_step: int = 1  # redraw eps every this many interpolations (0 = never)
-    shared_jacobian: bool = True  # affine part of h independent of the condition
+    # True: one Jacobian per call (where every condition shares it, else matrix-free);
+    # False: each sample's dense Jacobian
+    shared_jacobian: bool = True
     constraints: tuple[str, ...] = ()  # task constraint names; empty = all
     nonlinear: Literal["ignore", "gauss_newton"] = "ignore"  # gauss_newton: our extension
     newton_steps: int = 1
@@ -63,7 +68,11 @@ class ECI(BackboneSampler[ECIConfig]):
     Config = ECIConfig
     description = "ECI: extrapolation-correction-interpolation, closed-form linear corrections"
     #: 1: the noise counter is incremented before its test, as in the reference
-    version = 1
+    #: 2: a linear part that depends on the condition (HIT reconstruction's masks) or a
+    #: Gram over MAX_DENSE_ROWS goes matrix-free (before: the first condition's J for all,
+    #: or refused); bit for bit the same on every task of ``SHARED_JACOBIAN_TASKS``
+    version = 2
+    unchanged_on = {2: SHARED_JACOBIAN_TASKS}
 
     def __init__(self, task, config: ECIConfig, device="cpu"):
         super().__init__(task, config, device)
@@ -126,17 +135,26 @@ class ECI(BackboneSampler[ECIConfig]):
         h, h_non = self.split_constraints()
         cond = self.prepare_cond(cond)
         x = self.noise(n, generator)
-        self.check_dense_solve(self.check_jacobian_size(h, x, cond), None)
         with timer.phase("correction"):
-            jac = shared_jacobian(h, x, cond) if cfg.shared_jacobian else batched_jacobian(
-                h, x, cond)
-            P = orthogonal_projector(jac)
+            if cfg.shared_jacobian:
+                lin = self.affine_linearization(h, x, cond)
+            else:
+                self.check_dense_solve(self.check_jacobian_size(h, x, cond), None)
+                lin = DenseJacobian(batched_jacobian(h, x, cond))
+            if isinstance(lin, DenseJacobian):
+                P = orthogonal_projector(lin.jac)
+
+                def project(x1):
+                    return apply_projector(P, x1, h(x1, cond))
+            else:  # the same projection, matrix-free (one undamped step is exact)
+                def project(x1):
+                    return gauss_newton_project(h, x1, cond, jac=lin)
 
         def correct(x1):
-            x1 = apply_projector(P, x1, h(x1, cond))
+            x1 = project(x1)
             if h_non is not None:
                 x1 = gauss_newton_project(h_non, x1, cond, steps=cfg.newton_steps)
-                x1 = apply_projector(P, x1, h(x1, cond))
+                x1 = project(x1)
             return x1
 
         eps, calls, x1 = x, 0, x

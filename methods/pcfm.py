@@ -12,8 +12,10 @@ units as in the reference, i.e. (lam / sigma^2) ||h||^2 in our normalized u = (x
 sigma^2 the channel mean of the normalizer's variance.  Our safeguard: a step that increases a
 sample's objective is rejected and its step halved.  Finally an undamped Newton projection of the
 output onto h = 0 (min ||u - u_out||^2, ``final_newton_steps``; one step is exact for linear h)
-makes the hard constraints hold to solver precision.  NFE = n, default 20 (Table
-sampling-quality-cost, Burgers: PCFM NFE 20).  Constraints are evaluated in physical units,
+makes the hard constraints hold to solver precision.  Linear constraints whose Jacobian depends
+on the condition, or whose Gram is too large to factor, take the same steps matrix-free
+(``_matrix_free``: AD products, CGLS solves to a relative residual of 1e-7).  NFE = n, default 20
+(Table sampling-quality-cost, Burgers: PCFM NFE 20).  Constraints are evaluated in physical units,
 projections orthogonal in normalized units (``_sampling``); linear ones share one Jacobian per
 ``sample`` call.
 """
@@ -26,11 +28,10 @@ from typing import ClassVar, Literal
 import torch
 
 from pcgbench.method import MethodConfig
-from pcgbench.methods._jacobian import DenseJacobian
 from pcgbench.methods._sampling import (
+    SHARED_JACOBIAN_TASKS,
     BackboneSampler,
     gauss_newton_project,
-    shared_jacobian,
 )
 from pcgbench.registry import METHODS
 from pcgbench.runtime.timing import PhaseTimer
@@ -65,6 +66,11 @@ class PCFM(BackboneSampler[PCFMConfig]):
 
     Config = PCFMConfig
     description = "PCFM: shoot, Gauss-Newton project, relaxed correction (Utkarsh et al. 2025)"
+    #: 1: a linear part that depends on the condition (HIT reconstruction's masks) or a
+    #: Gram over MAX_DENSE_ROWS goes matrix-free (before: the first condition's J for all,
+    #: or refused); bit for bit the same on every task of ``SHARED_JACOBIAN_TASKS``
+    version = 1
+    unchanged_on = {1: SHARED_JACOBIAN_TASKS}
 
     def __init__(self, task, config: PCFMConfig, device="cpu"):
         super().__init__(task, config, device)
@@ -116,12 +122,15 @@ class PCFM(BackboneSampler[PCFMConfig]):
         h, linear = self.constraint_fn(cfg.constraints)
         cond = self.prepare_cond(cond)
         u0 = self.noise(n, generator)
-        k = self.check_jacobian_size(h, u0, cond)
         u = u0
-        jac = DenseJacobian(shared_jacobian(h, u0, cond)) if linear else None  # factored once
-        self._jacobian = None if linear else self.jacobian_fn(cfg.constraints, h, u0, cond,
-                                                              cfg.jacobian)
-        self.check_dense_solve(k, self._jacobian)
+        jac = None
+        if linear:  # one Jacobian per call: the dense Gram factored once, or matrix-free
+            jac = self.affine_linearization(h, u0, cond)
+            self._jacobian = None
+        else:
+            k = self.check_jacobian_size(h, u0, cond)
+            self._jacobian = self.jacobian_fn(cfg.constraints, h, u0, cond, cfg.jacobian)
+            self.check_dense_solve(k, self._jacobian)
         timer = PhaseTimer(self.device)
         dt = 1.0 / cfg.steps
         for k in range(cfg.steps):
