@@ -139,3 +139,11 @@ def _budget_dynamic_stall_pmosfm() -> Study:
     """Dynamic stall at its 32 x 32 `cpu` grid (issue 61): PMosFM, the reference."""
     return _budget_study("pmosfm", tasks=("dynamic_stall",),
                          name="cpu_budget_dynamic_stall_pmosfm")
+
+
+@register_study
+def _budget_hit_reconstruction_fm_ot() -> Study:
+    """HIT reconstruction at its 16^3, 240-frame `cpu` layout (issue 61): FM-OT, the
+    backbone of five of its columns (CoCoGen, D-Flow, DiffusionPDE, ECI, PCFM)."""
+    return _budget_study("fm_ot", tasks=("hit_reconstruction",),
+                         name="cpu_budget_hit_reconstruction_fm_ot")
