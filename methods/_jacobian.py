@@ -285,6 +285,10 @@ class DenseJacobian:
                 self.jac)
         return self._factors["gram"]
 
+    def correction(self, rhs: Tensor, damping: float = 0.0) -> Tensor:
+        """``J^T (J J^T + damping c I)^+ rhs``: the change of one Gauss-Newton step."""
+        return self.rmatvec(self.solve(rhs, damping))
+
     def solve(self, rhs: Tensor, damping: float = 0.0, shift: Tensor | None = None) -> Tensor:
         """``(J J^T + damping c I + shift I)^-1 rhs`` (see :func:`_shifted`); for a shared
         J ([1, k, n]) without ``shift``, the factor (Cholesky, or the pseudo-inverse) is
@@ -343,6 +347,10 @@ class SparseRowsJacobian:
         out = torch.zeros(b, self.k * self.n, dtype=self.vals.dtype, device=self.vals.device)
         out[:, self.rows * self.n + self.cols] = self.vals
         return out.view(b, self.k, self.n)
+
+    def correction(self, rhs: Tensor, damping: float = 0.0) -> Tensor:
+        """``J^T (J J^T + damping c I)^+ rhs``: the change of one Gauss-Newton step."""
+        return self.rmatvec(self.solve(rhs, damping))
 
     def solve(self, rhs: Tensor, damping: float = 0.0, shift: Tensor | None = None) -> Tensor:
         """As :meth:`DenseJacobian.solve`, block by block: relative damping (c the mean

@@ -55,7 +55,8 @@ def batched_cgls(matvec: Product, rmatvec: Product, rhs: Tensor, mu: Tensor | fl
     x = torch.zeros_like(g)
     p = g.clone()
     gam = (g * g).sum(dim=1)
-    goal = tol * gam.sqrt()
+    norm0 = gam.sqrt()
+    goal = tol * norm0
     it = 0
     for it in range(1, max_iter + 1):
         active = gam.sqrt() > goal
@@ -73,8 +74,7 @@ def batched_cgls(matvec: Product, rmatvec: Product, rhs: Tensor, mu: Tensor | fl
         beta = torch.where(ok, gam_new / torch.where(gam > 0, gam, 1.0), 0.0)
         p = torch.where(ok[:, None], g + beta[:, None] * p, p)
         gam = torch.where(ok, gam_new, gam)
-    g0 = goal / tol if tol > 0 else goal
-    rel = torch.where(g0 > 0, gam.sqrt() / g0.clamp_min(torch.finfo(torch.float64).tiny),
+    rel = torch.where(norm0 > 0, gam.sqrt() / norm0.clamp_min(torch.finfo(torch.float64).tiny),
                       torch.zeros_like(gam))
     return x, rel, it
 

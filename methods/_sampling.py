@@ -25,7 +25,7 @@ For affine constraints ``h(x, c) = A x - b(c)`` the Jacobian is constant: it is
 computed once per ``sample`` call, at the first sample, and shared by the batch
 (``shared_jacobian``), where ``A`` does not depend on the condition (checked,
 ``linear_part_shared``) and its Gram is small enough to factor; otherwise the projection
-samplers go matrix-free (``_matrix_free``: AD products and CG, the same projection).
+samplers go matrix-free (``_matrix_free``: AD products and CGLS, the same projection).
 """
 
 from __future__ import annotations
@@ -145,19 +145,12 @@ def gauss_newton_project(
             J = linearize(g, u.reshape(b, *shape), cond, jac, jacobian)
             if anchor:
                 d = zf - u
-                new = u + d - _correction(J, J.matvec(d) + r, damping)
+                new = u + d - J.correction(J.matvec(d) + r, damping)
             else:
-                new = u - _correction(J, r, damping)
+                new = u - J.correction(r, damping)
             ok = torch.isfinite(new).all(dim=1, keepdim=True)
             u = torch.where(ok, new, u)
     return u.reshape(b, *shape)
-
-
-def _correction(J: Linearization | MatrixFreeJacobian, rhs: Tensor, damping: float) -> Tensor:
-    """``J^T (J J^T + damping c I)^+ rhs``: the change of one Gauss-Newton step."""
-    if isinstance(J, MatrixFreeJacobian):
-        return J.correction(rhs, damping)
-    return J.rmatvec(J.solve(rhs, damping))
 
 
 def linearize(g: ConstraintFn, z: Tensor, cond: Cond,
@@ -344,7 +337,7 @@ class BackboneSampler(Method[ConfigT]):
         where it serves: the first sample's dense J (:func:`shared_jacobian`), its Gram
         factored once, when it has at most :data:`MAX_DENSE_ROWS` rows, fits in memory
         and is every condition's (:func:`linear_part_shared`); else the same projection
-        matrix-free (:class:`MatrixFreeJacobian`: AD products, CG solves)."""
+        matrix-free (:class:`MatrixFreeJacobian`: AD products, CGLS solves)."""
         k = self.constraint_rows(h, z, cond)
         if k <= MAX_DENSE_ROWS and self.dense_fits(k, z):
             jac = shared_jacobian(h, z, cond)
@@ -354,9 +347,9 @@ class BackboneSampler(Method[ConfigT]):
 
     def affine_jacobian(self, h: ConstraintFn, z: Tensor, cond: Cond) -> Tensor:
         """The dense Jacobian [1, k, n] of the affine ``h`` for one ``sample`` call, the
-        first sample's; refused in one line where it is not every condition's (a method
-        that needs J's rows densely and has no per-condition route)."""
-        self.check_jacobian_size(h, z, cond)
+        first sample's (call :meth:`check_jacobian_size` first); refused in one line where
+        it is not every condition's (a method that needs J's rows densely and has no
+        per-condition route)."""
         jac = shared_jacobian(h, z, cond)
         if not linear_part_shared(h, z, cond, jac):
             raise PcgError(
