@@ -76,6 +76,32 @@ def paper_matrix(task_names: Iterable[str] | None = None) -> dict[str, list[str]
     return out
 
 
+#: the paper's main comparison table's benchmarks (README "Results at a glance")
+MAIN_TABLE_TASKS = ("burgers", "darcy", "kolmogorov", "dynamic_stall", "hit_reconstruction")
+#: ``pcgbench sweep --matrix`` choices
+MATRICES = ("main", "suite", "paper")
+
+
+def suite_tasks() -> list[str]:
+    """The constrained-PDE suite's registered tasks (its transcribed table's datasets)."""
+    from pcgbench.paper.reported import reported_csv
+    from pcgbench.registry import TASKS
+
+    names = set(reported_csv("constrained_pde_suite")["dataset"])
+    return [t for t in TASKS.names() if t in names]
+
+
+def matrix(name: str) -> dict[str, list[str]]:
+    """task -> methods of a named matrix: ``main`` (:data:`MAIN_TABLE_TASKS`), ``suite``
+    (the constrained-PDE suite) or ``paper`` (both), each task with the columns
+    :func:`paper_matrix` gives it (its transcribed paper table's, supported here)."""
+    if name not in MATRICES:
+        raise ValueError(f"unknown matrix {name!r}: one of {', '.join(MATRICES)}")
+    tasks = ([*MAIN_TABLE_TASKS] if name in ("main", "paper") else []) + (
+        suite_tasks() if name in ("suite", "paper") else [])
+    return paper_matrix(tasks)
+
+
 def table_path() -> Path:
     return Path(str(files("pcgbench.paper").joinpath(TABLE)))
 

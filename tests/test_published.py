@@ -142,3 +142,19 @@ def test_the_report_draws_the_published_cells_samples(smoke_set, capsys, tmp_pat
     assert rc == 0, err
     page = (tmp_path / "rep" / "report.html").read_text()
     assert 'alt="samples (u)' in page and "skipping samples" not in err
+
+
+def test_a_published_backbone_is_rerun_only_where_a_method_here_needs_its_checkpoint(
+        smoke_set, capsys):
+    """Records ship without checkpoints: a sampling-time method planned on a fresh machine
+    needs its backbone's weights, so the sweep runs (and prices) the published backbone for
+    that seed once, as a backbone job; seeds where nothing needs it stay published."""
+    rc, out, err = cli(capsys, ["sweep", "--dry-run", "--preset", "smoke", "--tasks",
+                                "burgers", "--methods", "cocogen", "--seeds", "0"])
+    assert rc == 0, err
+    assert ("backbone burgers/fm_ot seed 0 (published; its checkpoint is needed here)"
+            in " ".join(out.split()))
+    assert "method   burgers/cocogen seed 0" in out
+    rc, out, err = cli(capsys, ["sweep", "--dry-run", "--preset", "smoke", "--tasks",
+                                "burgers", "--methods", "fm_ot", "--seeds", "0", "1"])
+    assert rc == 0 and "0 run(s) to do" in out and "2 published" in out, err

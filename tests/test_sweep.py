@@ -380,3 +380,33 @@ def test_a_sweep_told_to_ignore_ctrl_c_ignores_it():
     finally:
         signal.signal(signal.SIGINT, before)
     assert [r["status"] for r in out] == ["ok"] * 3
+
+
+def test_the_paper_matrices_plan_each_task_with_its_own_paper_columns(dirs, capsys):
+    from pcgbench.paper.cost import MAIN_TABLE_TASKS, matrix, paper_matrix
+
+    main_m, suite_m = matrix("main"), matrix("suite")
+    assert tuple(main_m) == MAIN_TABLE_TASKS
+    assert set(suite_m) == {"heat", "navier_stokes", "reaction_diffusion_ic", "burgers_ic",
+                            "burgers_bc"}
+    assert matrix("paper") == {**main_m, **suite_m}
+    assert main_m["hit_reconstruction"] == paper_matrix(["hit_reconstruction"])[
+        "hit_reconstruction"]
+    # a per-task method list plans exactly those columns (pcft only where the paper has it)
+    p = plan(["burgers", "hit_reconstruction"],
+             {"burgers": ["fm_ot"], "hit_reconstruction": ["pcft"]}, [0], "smoke", None, None)
+    labels = [j.label for js in p.stages.values() for j in js]
+    assert "burgers/fm_ot seed 0" in labels and "hit_reconstruction/pcft seed 0" in labels
+    assert not any(lb.startswith("burgers/pcft") for lb in labels)
+    rc = main(["sweep", "--dry-run", "--preset", "smoke", "--matrix", "main", "--tasks",
+               "darcy"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "the main matrix's 1 task(s)" in out
+    assert "darcy/pmosfm seed 0" in out and "darcy/pcft" not in out
+    rc = main(["sweep", "--dry-run", "--matrix", "main", "--methods", "fm_ot"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not allowed with argument --matrix" in err  # exclusive
+    rc = main(["sweep", "--dry-run", "--preset", "smoke", "--matrix", "main", "--tasks",
+               "heat"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--matrix main has no task heat" in err

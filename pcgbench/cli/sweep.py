@@ -24,6 +24,11 @@ def add_parser(sub: typing.Any) -> None:
     runs.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                    help="default: every method; METHOD:key=value[,key=value] runs it with "
                    "those config overrides (as run --set; its own record, a variant column)")
+    runs.add_argument("--matrix", default=None, choices=["main", "suite", "paper"],
+                   help="the paper's matrix: main (burgers, darcy, kolmogorov, "
+                   "dynamic_stall, hit_reconstruction), suite (the constrained-PDE suite) or "
+                   "paper (both), each task with its paper table's methods; --tasks narrows "
+                   "it")
     runs.add_argument("--ablation", default=None, choices=["one_step"],
                    help="the runs of an ablation table (one_step: pmosfm with each "
                    "registered one-step objective; default tasks: the table's benchmarks), "
@@ -97,6 +102,18 @@ def run(args: argparse.Namespace) -> int:
         layout = ablation_layout(args.ablation)
         args.methods = layout.method_specs(args.ablation_change)
         args.tasks = args.tasks or [t for t, _, _ in layout.benchmarks]
+    per_task: dict[str, list[str]] | None = None
+    if getattr(args, "matrix", None) is not None:
+        from pcgbench.paper.cost import matrix
+
+        full = matrix(args.matrix)
+        outside = [t for t in args.tasks or () if t not in full]
+        if outside:
+            raise PcgError(f"--matrix {args.matrix} has no task {', '.join(outside)} "
+                           f"(its tasks: {', '.join(full)})")
+        per_task = {t: full[t] for t in args.tasks or full}
+        args.tasks = list(per_task)
+        args.methods = list(dict.fromkeys(m for ms in per_task.values() for m in ms))
     tasks = args.tasks or TASKS.names()
     methods = args.methods or METHODS.names()
     root = results_dir(args.results)
@@ -108,11 +125,13 @@ def run(args: argparse.Namespace) -> int:
     from pcgbench.runtime.environment import resolve_device
 
     resolve_device(args.device)  # a bad or absent device is one line before any planning
-    p = plan(tasks, methods, args.seeds, args.preset, str(root), args.data_dir,
+    p = plan(tasks, per_task or methods, args.seeds, args.preset, str(root), args.data_dir,
              args.plugin, args.checkpoint_every, args.device,
              frozenset() if args.no_published else published_cells())
     runs = len(p.stages["backbone"]) + len(p.stages["method"])
-    print(f"sweep [{args.preset}] {len(tasks)} task(s) x {len(methods)} method(s) x "
+    shape = (f"the {args.matrix} matrix's {len(tasks)} task(s), {len(methods)} method(s)"
+             if per_task else f"{len(tasks)} task(s) x {len(methods)} method(s)")
+    print(f"sweep [{args.preset}] {shape} x "
           f"{len(args.seeds)} seed(s): {runs} run(s) to do, {len(p.existing)} recorded, "
           + (f"{len(p.published)} published (--no-published reruns them), "
              if p.published else "") +

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,8 @@ def run_job(opts: RunOptions, plugins: Sequence[str]) -> dict[str, Any]:
             "detail": detail, "seconds": time.perf_counter() - t0, "record": str(path)}
 
 
-def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], preset: str,
+def plan(tasks: Sequence[str], methods: Sequence[str] | Mapping[str, Sequence[str]],
+         seeds: Sequence[int], preset: str,
          results_dir: str | None, data_dir: str | None, plugins: Sequence[str] = (),
          checkpoint_every: int | None = None, device: str = "auto",
          published: frozenset[str] = frozenset()) -> Plan:
@@ -106,10 +107,15 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
     record, a variant of the method's column).  A run whose record identity is in
     ``published`` (``task/preset/method/file`` of the published set's scored, current
     records: ``pcgbench.cli.sweep.published_cells``) is done: the work accumulates
-    across machines."""
+    across machines; a published backbone is run again all the same where a method
+    planned here needs its checkpoint (records ship without checkpoints), so that no two
+    jobs fit it and the price counts it.  ``methods`` is one list for every task, or a
+    list per task (``pcgbench sweep --matrix``: each task's paper columns)."""
     for name in tasks:
         TASKS.get(name)
-    specs = {spec: parse_method_spec(spec) for spec in methods}
+    per_task = {t: list(methods[t] if isinstance(methods, Mapping) else methods)
+                for t in tasks}
+    specs = {spec: parse_method_spec(spec) for ms in per_task.values() for spec in ms}
     for name, _ in specs.values():
         METHODS.get(name)
     stages: dict[str, list[Job]] = {"data": [], "backbone": [], "method": []}
@@ -126,10 +132,14 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                           overrides=overrides)
 
     for task_name in tasks:
+        methods_here = per_task[task_name]
+        if not methods_here:
+            continue
         planned = len(stages["backbone"]) + len(stages["method"])
-        task = build_task(options(task_name, methods[0], seeds[0]))
+        task = build_task(options(task_name, methods_here[0], seeds[0]))
         runnable, backbones = [], []
-        for method in methods:
+        base_of: dict[str, str] = {}
+        for method in methods_here:
             reason = METHODS.get(specs[method][0]).unsupported_reason(task)
             if reason:
                 unsupported.append(f"{task_name}/{method}: {reason}")
@@ -143,9 +153,12 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                 unplanned.append(f"{task_name}/{method}: {exc}")
                 continue
             runnable.append(method)
-            if base is not None and base not in backbones:
-                backbones.append(base)
+            if base is not None:
+                base_of[method] = base
+                if base not in backbones:
+                    backbones.append(base)
         for seed in seeds:
+            held: dict[str, tuple[RunOptions, str]] = {}  # published backbones, not run yet
             for method in [*backbones, *[m for m in runnable if m not in backbones]]:
                 opts = options(task_name, method, seed)
                 label = f"{task_name}/{method} seed {seed}"
@@ -161,10 +174,19 @@ def plan(tasks: Sequence[str], methods: Sequence[str], seeds: Sequence[int], pre
                     existing.append(label)
                     continue
                 if any(identity_name(p) in published for p in paths):
-                    done_elsewhere.append(label)
+                    if method in backbones:  # run only if a method here needs its weights
+                        held[method] = (opts, label)
+                    else:
+                        done_elsewhere.append(label)
                     continue
                 stage = "backbone" if method in backbones else "method"
                 stages[stage].append(Job(stage, label, run_job, (opts, tuple(plugins))))
+                if stage == "method" and base_of.get(method) in held:
+                    b_opts, b_label = held.pop(base_of[method])
+                    stages["backbone"].append(Job(
+                        "backbone", f"{b_label} (published; its checkpoint is needed here)",
+                        run_job, (b_opts, tuple(plugins))))
+            done_elsewhere.extend(b_label for _, b_label in held.values())
         if len(stages["backbone"]) + len(stages["method"]) > planned:
             stages["data"].append(Job("data", f"{task_name} data", data_job,
                                       (task_name, preset, data_dir, tuple(plugins))))
