@@ -203,6 +203,10 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None,
                     help="keep the probe data here (default: a temporary folder; data found "
                     "cached there is not timed)")
+    ap.add_argument("--load", default=None, metavar="NOTE",
+                    help="what else ran on the machine during the probe (e.g. 'two "
+                    "single-threaded fits'): stated in every row's probe description, "
+                    "whose figures are then upper bounds of an idle machine's")
     ap.add_argument("--write", action="store_true",
                     help="merge into paper/paper_cost.csv and rewrite docs/paper_cost.md")
     ap.add_argument("--table", default=None, help="the CSV to merge into (with --write)")
@@ -240,7 +244,8 @@ def main() -> None:
         probe = f"probe data {n_train} train rows at the {args.preset} grid"
         how_data = ("probe data read from the --data-dir cache: generation not measured"
                     if data_h != data_h else
-                    f"probe generated in {data_s:.3g} s, extrapolated by the work model")
+                    f"probe generated in {data_s:.3g} s, extrapolated by the work model"
+                    + (f"; machine loaded: {args.load}" if args.load else ""))
         rows.append(CostRow(tname, "data", args.preset, device.type, desc, date, None, 0, 0.0,
                             None, 0, 0.0, data_h, how_data, command))
         print(f"{tname} data: {how_data} -> {data_h:.3g} h at {args.preset}", flush=True)
@@ -266,7 +271,8 @@ def main() -> None:
                       f"batch {r['full_batch']})")
             note = (f"{probe}; {args.updates} updates after {args.warmup} at batch "
                     f"{r['batch']}{scaled}; {args.sample_batches} batches of "
-                    f"{args.sample_batch} samples; test rows {n_test} ({how})")
+                    f"{args.sample_batch} samples; test rows {n_test} ({how})"
+                    + (f"; machine loaded: {args.load}" if args.load else ""))
             rows.append(CostRow(tname, m, args.preset, device.type, desc, date, r["s_update"],
                                 r["updates"], fit_h, r["s_sample"], n_test, sample_h,
                                 fit_h + sample_h, note, command))

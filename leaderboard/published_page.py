@@ -39,7 +39,52 @@ def published_doc() -> str:
         return "\n".join(head + ["No published records.", ""])
     tables = [t for task, preset in keys
               if (t := task_table(records, task, preset, groups=groups)) is not None]
-    return "\n".join(head) + "\n" + "\n".join(table_markdown(t) for t in tables)
+    presets = sorted({preset for _, preset in keys})
+    return ("\n".join(head) + "\n" + "".join(coverage_markdown(records, p) for p in presets)
+            + "\n" + "\n".join(table_markdown(t) for t in tables))
+
+
+def _seeds_label(seeds: list[int]) -> str:
+    if not seeds:
+        return "–"
+    s = sorted(seeds)
+    span = (f"{s[0]}–{s[-1]}" if s == list(range(s[0], s[-1] + 1)) and len(s) > 2
+            else ", ".join(map(str, s)))
+    return f"{len(s)} ({span})"
+
+
+def coverage_markdown(records: list, preset: str) -> str:
+    """How much of the paper's matrices (``pcgbench sweep --matrix main`` / ``suite``) the
+    published set holds at ``preset``: per task and paper column, the seeds of its scored,
+    current, default-column cells (``–``: none yet; blank: not a column of that task's
+    paper table).  ``pcgbench sweep --matrix M --preset P --seeds 0 1 2 --dry-run`` lists
+    and prices what is left."""
+    from pcgbench.leaderboard.tables import is_ok
+    from pcgbench.paper.cost import matrix
+
+    seeds: dict[tuple[str, str], list[int]] = {}
+    for r in records:
+        if r.get("preset") == preset and not r.variant and is_ok(r) and isinstance(
+                r.get("seed"), int):
+            seeds.setdefault((r.task, r.method), []).append(r.get("seed"))
+    out = []
+    for name, title in (("main", "the main table"), ("suite", "the constrained-PDE suite")):
+        m = matrix(name)
+        methods = list(dict.fromkeys(x for ms in m.values() for x in ms))
+        want = sum(len(ms) for ms in m.values())
+        full = sum(1 for t, ms in m.items() for x in ms if len(seeds.get((t, x), [])) >= 3)
+        rows = ["| task | " + " | ".join(methods) + " |",
+                "|---|" + "---|" * len(methods)]
+        for task, ms in m.items():
+            rows.append(f"| {task} | " + " | ".join(
+                _seeds_label(sorted(set(seeds.get((task, x), [])))) if x in ms else ""
+                for x in methods) + " |")
+        out += [f"## Coverage of {title} at `{preset}`", "",
+                f"Published seeds per paper column (`pcgbench sweep --matrix {name}`): "
+                f"{full} of {want} cells have seeds 0–2 or more; `pcgbench sweep --matrix "
+                f"{name} --preset {preset} --seeds 0 1 2 --dry-run` lists and prices the "
+                "rest.", "", *rows, ""]
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -158,3 +158,19 @@ def test_a_published_backbone_is_rerun_only_where_a_method_here_needs_its_checkp
     rc, out, err = cli(capsys, ["sweep", "--dry-run", "--preset", "smoke", "--tasks",
                                 "burgers", "--methods", "fm_ot", "--seeds", "0", "1"])
     assert rc == 0 and "0 run(s) to do" in out and "2 published" in out, err
+
+
+def test_the_page_says_how_much_of_the_papers_matrices_is_published(smoke_set):
+    from pcgbench.leaderboard.published_page import coverage_markdown
+
+    text = coverage_markdown(pub.load_published(), "smoke")
+    assert "## Coverage of the main table at `smoke`" in text
+    assert "## Coverage of the constrained-PDE suite at `smoke`" in text
+    burgers = next(line for line in text.splitlines() if line.startswith("| burgers |"))
+    cells = [c.strip() for c in burgers.strip("|").split("|")]
+    header = next(line for line in text.splitlines() if line.startswith("| task |"))
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[names.index("fm_ot")] == "2 (0, 1)"  # two smoke seeds published
+    assert cells[names.index("pmosfm")] == "–"  # a paper column with nothing yet
+    assert cells[names.index("pcft")] == ""  # not a column of burgers' paper table
+    assert "0 of 40 cells have seeds 0–2" in text  # two seeds are not a full cell
