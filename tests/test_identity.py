@@ -218,3 +218,41 @@ def test_a_record_from_before_a_config_field_is_found_not_rerun(dirs, tmp_path):
     shutil.move(path, old)
     again, where, reused = run(smoke)
     assert reused and where == old and again.get("seed") == first.get("seed")
+
+
+def test_a_split_is_generated_at_one_thread_whatever_the_process_runs_with(tmp_path):
+    """Data identity is the task's parameters and solver, so the bytes must not depend on
+    the thread count (torch reductions and BLAS kernels split work by it: Kolmogorov's
+    val split differed at 2 threads).  Generation runs at ``GENERATION_THREADS`` for torch
+    and the BLAS pools, and the caller's count comes back afterwards."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from pcgbench.data.cache import GENERATION_THREADS, load_or_generate
+    from pcgbench.fields import FieldData, TaskSpec
+
+    seen: list[tuple[int, list[int]]] = []
+
+    class Probe:
+        name, preset, data_dir, data_version, generation_allowed = (
+            "probe", "smoke", tmp_path, None, True)
+        spec = TaskSpec(name="probe", field_shape=(1, 4), channel_names=("u",))
+
+        def params_dict(self):
+            return {"n": 4}
+
+        def generate(self, split):
+            seen.append((torch.get_num_threads(),
+                         [p["num_threads"] for p in threadpool_info()]))
+            return FieldData(torch.ones(3, 1, 4), None)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        load_or_generate(Probe(), "train")
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(before)
+    (torch_threads, pools), = seen
+    assert torch_threads == GENERATION_THREADS == 1
+    assert all(n == 1 for n in pools)

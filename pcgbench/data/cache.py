@@ -7,10 +7,12 @@ solver, with a warning when an existing file is replaced.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +27,11 @@ from pcgbench.results.files import atomic_write, config_hash, data_dir
 from pcgbench.runtime.log import generating, logger
 
 CACHE_VERSION = 1
+#: threads every split is generated with (torch's and the BLAS's), whatever the process
+#: runs with: reductions and BLAS kernels split their work by thread count, so the same
+#: solver gave other bytes at 2 threads than at 1 (Kolmogorov's val split, Darcy's train
+#: and test: docs/running.md "The published record set")
+GENERATION_THREADS = 1
 
 
 class CachedTask(Protocol):
@@ -141,6 +148,22 @@ def verify(task: CachedTask, split: str) -> str:
     return "ok"
 
 
+@contextlib.contextmanager
+def generation_threads(n: int = GENERATION_THREADS) -> Iterator[None]:
+    """torch's intra-op threads and the BLAS/OpenMP pools (threadpoolctl) at ``n`` for the
+    duration, restored afterwards: a split's bytes are then a function of the task's
+    parameters and solver, not of the machine's core count or ``--threads``."""
+    from threadpoolctl import threadpool_limits
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def load_or_generate(task: CachedTask, split: str) -> FieldData:
     """The cached split, generated (by the task's own solver) and cached when missing or
     unreadable.  A file lock beside the cache file makes concurrent runs generate each
@@ -178,7 +201,8 @@ def load_or_generate(task: CachedTask, split: str) -> FieldData:
             raise DataNotGenerated(f"{task.name}: the {split} split is not cached ({path})")
         logger.info("%s with the task's solver (cached in %s)", generating(task.name, split),
                     path)
-        data = task.generate(split)
+        with generation_threads():
+            data = task.generate(split)
         if not torch.isfinite(data.x).all():
             raise RuntimeError(f"task {task.name!r} generated non-finite data for split "
                                f"{split!r}")
