@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from importlib.resources import files
@@ -180,7 +181,7 @@ def estimate(jobs: Iterable[tuple[Any, ...]], preset: str, rows: list[CostRow],
     hours, priced, unpriced, sources = 0.0, 0, [], set()
     for stage, task, method, *rest in jobs:
         row = by.get((task, "data" if stage == "data" else method))
-        if row is None:
+        if row is None or not math.isfinite(row.total_hours):  # none, or the probe timed out
             unpriced.append(f"{task}/{'data' if stage == 'data' else method}")
             continue
         updates = rest[0] if rest else None

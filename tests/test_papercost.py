@@ -45,6 +45,11 @@ def test_estimate_prefers_gpu_rows_and_names_what_it_cannot_price():
     assert est.device_kind == "cuda" and math.isclose(est.hours, 2.5)
     assert est.priced == 2 and est.unpriced == ["burgers/pcfm"]
     assert papercost.estimate([], "cpu", rows) is None
+    # a probe that passed its time limit has a row of NaN hours: named, not summed
+    rows.append(_row("burgers", "dflow", hours=math.nan))
+    est = papercost.estimate([("method", "burgers", "dflow"), ("backbone", "burgers",
+                                                             "fm_ot")], "paper", rows)
+    assert math.isclose(est.hours, 2.0) and est.unpriced == ["burgers/dflow"]
 
 
 def test_estimate_scales_a_job_s_fit_to_its_own_budget():
