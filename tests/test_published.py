@@ -100,14 +100,18 @@ def test_reproduce_agrees_on_a_deterministic_rerun_and_flags_a_changed_value(smo
                                 "--quiet"])
     assert rc == 0, err
     assert "identical" in out and "DIFFERS" not in out and "metrics agree" in out
+    # every record keeps its splits' SHA-256: the rerun's data are the published cell's
+    assert "data: test, train, val identical to the published cell's (SHA-256)" in out
     # a published value moved far beyond the cell's seed spread: named, exit status 1
     (path,) = (p / "records" / "burgers" / "smoke" / "fm_ot").glob("seed1-*.json")
     rec = json.loads(path.read_text())
     rec.pop("digest")
     rec["metrics"]["structure"] *= 10
+    rec["data_checksums"]["train"] = "0" * 64  # as if the solver gave other bytes there
     path.write_text(json.dumps(seal_record(rec)))
     rc, out, _ = cli(capsys, ["reproduce", str(path), "--preset", "smoke", "--quiet"])
     assert rc == 1 and "structure" in out and "DIFFERS (beyond the seed spread" in out
+    assert "data: the train split(s) DIFFER from the published cell's" in out
 
 
 def test_reproduce_refuses_an_unknown_or_stale_cell_in_one_line(smoke_set, capsys,

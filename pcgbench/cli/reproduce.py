@@ -61,6 +61,26 @@ def _find(args: argparse.Namespace) -> tuple[typing.Any, list[typing.Any]]:
     return rec, column
 
 
+def data_agreement(published: typing.Any, here: typing.Any) -> str:
+    """One line: whether the rerun's data splits are byte-identical to the published
+    cell's (the SHA-256 each record keeps), which differ, or that the published record
+    predates the checksums."""
+    if not isinstance(published, dict) or not published:
+        return ("data: the published record keeps no data checksums (written before they "
+                "were recorded): a difference below cannot be told from the data's")
+    if not isinstance(here, dict):
+        here = {}
+    common = sorted(set(published) & set(here))
+    differ = [s for s in common if published[s] != here[s]]
+    if not common:
+        return "data: no split checksum to compare"
+    if differ:
+        return (f"data: the {', '.join(differ)} split(s) DIFFER from the published cell's "
+                f"(SHA-256; {', '.join(s for s in common if s not in differ) or 'none'} "
+                "identical): the solver gave other bytes on this machine")
+    return f"data: {', '.join(common)} identical to the published cell's (SHA-256)"
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
     import time
@@ -96,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"reproduce {pub.task}/{pub.method} seed {pub.get('seed')} at preset "
           f"{pub.get('preset')}: published {provenance([pub])}; rerun here in {wall:.0f} s"
           + (f" ({path})" if args.keep else ""))
+    print(data_agreement(pub.get("data_checksums"), new.get("data_checksums")))
     if new.status != "ok":
         print(f"the rerun {new.status}: {new.status_reason}")
         return 1

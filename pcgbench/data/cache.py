@@ -134,6 +134,22 @@ def _write(path: Path, task: CachedTask, split: str, data: FieldData) -> None:
     atomic_write(path, write)
 
 
+def cached_checksums(task: CachedTask) -> dict[str, str]:
+    """split -> the SHA-256 of its arrays, for every split whose cache file exists (what a
+    record keeps, so that ``reproduce`` can tell a data difference from a training one);
+    the file's own attribute, verified when the split was read."""
+    out: dict[str, str] = {}
+    for split in SPLITS:
+        path = cache_path(task, split)
+        if path.exists():
+            try:
+                with h5py.File(path, "r") as f:
+                    out[split] = str(f.attrs["checksum"])
+            except (OSError, KeyError):  # unreadable: the read path names it
+                continue
+    return out
+
+
 def verify(task: CachedTask, split: str) -> str:
     """'ok', 'missing' or 'corrupt: <why>' for the cached file of a split."""
     path = cache_path(task, split)

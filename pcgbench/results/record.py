@@ -243,7 +243,8 @@ RECORD_SCHEMA: Mapping[str, Spec] = MappingProxyType({
                                 "metrics": _METRICS, "status": STR})),
     "method_info": Nullable(OBJECT), "protocol": Nullable(OBJECT),
     "samples_file": Nullable(STR), "checkpoint": Nullable(STR),
-    "data_overlap": MapOf(NUMBER), "data_notes": MapOf(STR), "note": STR,
+    "data_overlap": MapOf(NUMBER), "data_notes": MapOf(STR), "data_checksums": MapOf(STR),
+    "note": STR,
     # provenance
     "created": STR, "started": STR, "finished": STR,
     "wall_seconds": Nullable(NUMBER), "fit_wall_seconds": Nullable(NUMBER),

@@ -49,7 +49,15 @@ def _provenance(plan: RunPlan, clock: Clock) -> dict[str, Any]:
 
 
 def _data_fields(task: Task) -> dict[str, Any]:
+    from pcgbench.data.cache import cached_checksums
+
     out: dict[str, Any] = {}
+    try:
+        sums = cached_checksums(task)
+    except Exception:  # noqa: BLE001 - a task outside the cache (plug-in data): none
+        sums = {}
+    if sums:  # SHA-256 of each split's arrays: provenance, not identity (reproduce compares)
+        out["data_checksums"] = sums
     if task.split_overlaps:
         out["data_overlap"] = dict(task.split_overlaps)
     if task.data_notes:
