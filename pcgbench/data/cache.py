@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -164,20 +163,13 @@ def verify(task: CachedTask, split: str) -> str:
     return "ok"
 
 
-@contextlib.contextmanager
-def generation_threads(n: int = GENERATION_THREADS) -> Iterator[None]:
-    """torch's intra-op threads and the BLAS/OpenMP pools (threadpoolctl) at ``n`` for the
-    duration, restored afterwards: a split's bytes are then a function of the task's
-    parameters and solver, not of the machine's core count or ``--threads``."""
-    from threadpoolctl import threadpool_limits
+def generation_threads(n: int = GENERATION_THREADS) -> contextlib.AbstractContextManager:
+    """torch and the BLAS pools at ``n`` threads while a split is generated: its bytes are
+    then a function of the task's parameters and solver, not of the machine's core count
+    or ``--threads``."""
+    from pcgbench.runtime.threads import limited
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        with threadpool_limits(limits=n):
-            yield
-    finally:
-        torch.set_num_threads(previous)
+    return limited(n)
 
 
 def load_or_generate(task: CachedTask, split: str) -> FieldData:

@@ -22,9 +22,11 @@ Every run record notes the policy in force (``threads`` block).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -162,3 +164,19 @@ def current() -> ThreadPolicy:
 
     return ThreadPolicy("unset", torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY"),
                         "torch")
+
+
+@contextlib.contextmanager
+def limited(n: int) -> Iterator[None]:
+    """torch's intra-op threads and the BLAS/OpenMP pools (threadpoolctl) at ``n`` for the
+    duration; torch's previous count comes back afterwards."""
+    import torch  # here, not at import: this module runs before torch starts
+    from threadpoolctl import threadpool_limits
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        torch.set_num_threads(previous)

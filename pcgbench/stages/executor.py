@@ -97,15 +97,10 @@ def in_job(threads: int | None, fn: Callable[..., dict[str, Any]], *args: Any
     from pcgbench.runtime import threads as thread_policy
 
     previous = torch.get_num_threads()
-    limits = contextlib.nullcontext()
+    limits: contextlib.AbstractContextManager = contextlib.nullcontext()
     if threads is not None:
         thread_policy.apply(threads=threads)  # the records note it
-        try:
-            from threadpoolctl import threadpool_limits
-
-            limits = threadpool_limits(limits=threads)
-        except ImportError:  # scikit-learn's dependency; without it: environment only
-            pass
+        limits = thread_policy.limited(threads)
     try:
         with termination.handling(), thread_environment(threads), limits:
             return guarded(fn, *args)
