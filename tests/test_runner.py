@@ -3,6 +3,7 @@ one-line error; records are complete JSON written atomically."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -21,6 +22,7 @@ _CALLS: list[int] = []
 class _Cfg(MethodConfig):
     nan_fraction: float = 0.5
     wrong_shape: bool = False
+    delay: float = 0.0  # seconds each sample() call sleeps
 
 
 class _Broken(Method):
@@ -34,6 +36,7 @@ class _Broken(Method):
     def sample(self, cond, n, generator):
         self.nfe.count += 1
         _CALLS.append(n)
+        time.sleep(self.config.delay)
         shape = (n, *self.task.spec.field_shape)
         if self.config.wrong_shape:
             shape = (n, 2, 3)
@@ -48,7 +51,7 @@ def _register():
         METHODS.add("_broken_test_method", _Broken)
 
 
-def _opts(tmp_path, timing_repeats=3, sample_batch=64, **overrides):
+def _opts(tmp_path, timing_repeats: int | None = 3, sample_batch=64, **overrides):
     return RunOptions(task="burgers", method="_broken_test_method", preset="smoke",
                       results_dir=str(tmp_path / "r"), data_dir=str(tmp_path / "d"),
                       progress=False, overrides=overrides, timing_repeats=timing_repeats,
@@ -66,6 +69,27 @@ def test_production_batches_are_the_timed_batches(tmp_path, repeats):
     assert full >= 2
     assert len(record["inference"]["repeats_seconds"]) == max(repeats, full)
     assert len(_CALLS) == -(-n_test // 5) + max(0, repeats - full)
+
+
+@pytest.mark.parametrize(("repeats", "floor", "timed"), [
+    (None, 0.0, 1),   # default, slow sampler: extra timing bounded by its own work
+    (None, 60.0, 3),  # default, sampler faster than the floor: the full three
+    (3, 0.0, 3),      # an explicit count always runs in full
+])
+def test_default_extra_timing_is_bounded_by_the_production_work(tmp_path, monkeypatch,
+                                                                 repeats, floor, timed):
+    """A test split of one batch (the warm-up, untimed): by default the extra timed
+    batches stop once they would take longer than the production sampling (at least the
+    floor), so a slow sampler is timed once instead of three times its own cost."""
+    from pcgbench.stages import measure
+
+    monkeypatch.setattr(measure, "TIMING_FLOOR_SECONDS", floor)
+    _CALLS.clear()
+    n_test = len(build_task(_opts(tmp_path)).dataset("test"))
+    record, _, _ = run(_opts(tmp_path, timing_repeats=repeats, sample_batch=n_test,
+                             delay=0.05))
+    assert len(record["inference"]["repeats_seconds"]) == timed
+    assert len(_CALLS) == 1 + timed
 
 
 def test_nonfinite_samples_recorded_not_crashing(tmp_path):

@@ -35,10 +35,12 @@ def add_parser(sub: typing.Any) -> None:
                    help="write a resumable training checkpoint every N updates (default: "
                         "per preset, smoke 0 = off, cpu 200, paper 1000); a killed or "
                         "preempted fit continues from it when rerun")
-    p.add_argument("--timing-repeats", type=int, default=3, metavar="N",
-                   help="at least N timed full-size batches after the warm-up batch; the "
-                   "production batches count, extra ones run only when the test split has "
-                   "fewer; the record keeps their median")
+    p.add_argument("--timing-repeats", type=int, default=None, metavar="N",
+                   help="timed full-size batches after the warm-up batch; the production "
+                   "batches count, extra ones run only when the test split has fewer; the "
+                   "record keeps their median (default: 3, with the extra batches' time "
+                   "bounded by the production sampling's, at least 60 s; an explicit N "
+                   "always runs N)")
     p.add_argument("--force", action="store_true", help="rerun even if the record exists")
     p.add_argument("--save-samples", type=int, default=None, metavar="N",
                    help="keep the first N generated samples (and the matching test fields) "

@@ -67,6 +67,11 @@ def measure(plan: RunPlan, method: Method) -> Sampled:
     return sampled
 
 
+#: timed batches a run aims for when ``--timing-repeats`` is not given
+DEFAULT_TIMING_REPEATS = 3
+#: by default, extra timed batches may take the production sampling's time or this much
+TIMING_FLOOR_SECONDS = 60.0
+
 #: the offset of a run's sampling seed from its training seed
 SAMPLE_SEED_OFFSET = 10_000
 
@@ -82,15 +87,20 @@ def sample_and_time(method: Method, task: Task, test: Any, opts: RunOptions,
     """Sample every test condition in batches; NFE is counted on every batch (never
     computed by formula); inference time is synchronized, after the warm-up (the first
     batch), the median over the full-size production batches, with extra timed batches
-    only when there are fewer than ``timing_repeats`` of them (a slow sampler then costs
-    no more than its own work)."""
+    only when there are fewer than ``timing_repeats`` of them.  By default
+    (``timing_repeats`` None: :data:`DEFAULT_TIMING_REPEATS`) the extra batches stop once
+    their time would pass the production sampling's (at least
+    :data:`TIMING_FLOOR_SECONDS`; one timed batch always runs), so a slow sampler costs at
+    most twice its own work even when the test split is one batch; an explicit count
+    always runs in full."""
     test = task.dataset("test")
     n = len(test)
     batch = min(opts.sample_batch, n)
     gen = sample_generator(opts.seed)
     # progress: one tick per counted network call (the samplers' steps), over every batch
     full = (n - batch) // batch  # full-size production batches after the first
-    n_batches = -(-n // batch) + max(0, opts.timing_repeats - full)
+    wanted = opts.timing_repeats or DEFAULT_TIMING_REPEATS
+    n_batches = -(-n // batch) + max(0, wanted - full)
     from tqdm.auto import tqdm
 
     nominal = str(type(method).nominal_nfe(method.config))
@@ -147,16 +157,24 @@ def _sample_batches(method: Method, task: Task, opts: RunOptions, device: torch.
     for i in range(batch, n, batch):
         j = min(n, i + batch)
         chunks.append(timed(cond_slice(i, j), j - i, gen).detach().cpu())
-    extra = opts.timing_repeats - len(repeats)
+    bounded = opts.timing_repeats is None
+    extra = (opts.timing_repeats or DEFAULT_TIMING_REPEATS) - len(repeats)
     per = statistics.median(repeats) if repeats else t_first
-    if extra > 0 and extra * per > BUDGET_SECONDS_WARNING / 6:
+    if not bounded and extra > 0 and extra * per > BUDGET_SECONDS_WARNING / 6:
         import warnings
 
         warnings.warn(f"--timing-repeats {opts.timing_repeats}: {extra} extra timed batches of "
                       f"~{per:.3g} s, ~{duration(extra * per)}; --max-minutes bounds the run",
                       stacklevel=2)
+    allowance = max(t_first + sum(repeats), TIMING_FLOOR_SECONDS)
+    spent = 0.0
     for _ in range(extra):
+        if bounded and repeats and spent + statistics.median(repeats) > allowance:
+            bar.total = bar.n  # the bound stopped the extra batches early
+            break
+        t0 = time.perf_counter()
         timed(cond_slice(0, batch), batch, torch.Generator(device="cpu").manual_seed(1))
+        spent += time.perf_counter() - t0
     per_batch = statistics.median(repeats)
     nfe: float | int = statistics.fmean(nfe_per_batch)
     if all(v == nfe_per_batch[0] for v in nfe_per_batch):

@@ -70,7 +70,7 @@ class RunOptions:
     force: bool = False
     progress: bool = True
     sample_batch: int = 64
-    timing_repeats: int = 3
+    timing_repeats: int | None = None  # None: 3, extra timed batches bounded (measure.py)
     tag: str | None = None  # a user label for a variant column (``tag:NAME``)
     save_samples: int | None = None  # samples kept next to the record; None: preset default
     checkpoint_every: int | None = None  # partial training checkpoints; None: preset default
@@ -87,7 +87,7 @@ def check_options(opts: RunOptions) -> None:
         raise PcgError(f"--save-samples must be >= 0, got {opts.save_samples}")
     if opts.checkpoint_every is not None and opts.checkpoint_every < 0:
         raise PcgError(f"--checkpoint-every must be >= 0, got {opts.checkpoint_every}")
-    if opts.timing_repeats < 1 or opts.sample_batch < 1:
+    if (opts.timing_repeats is not None and opts.timing_repeats < 1) or opts.sample_batch < 1:
         raise PcgError(f"--timing-repeats and --batch-size must be >= 1, got "
                        f"{opts.timing_repeats} and {opts.sample_batch}")
     if opts.max_minutes is not None and not (0 < opts.max_minutes < math.inf):
