@@ -117,6 +117,19 @@ class HITReconstructionTask(HITTask):
     paper_benchmark = "hit_reconstruction_90"
     missing_default: ClassVar[float] = 0.9
     metrics = ("missing_rmse", "re", "crps", "coverage90", "width90", "energy", *STRUCTURE_METRICS)
+    #: scores against the hidden truth that physics-free fakes answering the same
+    #: observations win (benchmarks/hit_recon_baselines.py, 90 % missing, `cpu`,
+    #: 2026-12-05; docs/tasks/turbulence.md "Scores against the hidden truth")
+    unranked_metrics = {
+        "missing_rmse": "at 90 % missing, a Gaussian interpolant of the observations "
+                        "(no physics) scores "
+                        "0.110, better than 7 of the 9 methods: it rewards the smooth "
+                        "conditional mean",
+        "crps": "that interpolant plus calibrated white noise scores 0.0575, better than "
+                "6 of the 9 methods",
+        "coverage90": "that noisy interpolant scores 0.150, better than 8 of the 9 methods",
+        "width90": "a zero-width (deterministic) answer scores best by construction",
+    }
     description = ("3-D forced homogeneous isotropic turbulence (u, v, w, p) from sparse "
                    "point observations, 90 % missing (own pseudo-spectral DNS)")
 
