@@ -172,6 +172,9 @@ def estimate(jobs: Iterable[tuple[Any, ...]], preset: str, rows: list[CostRow],
     GPU rows (device kind ``cuda``) when the table has any for the preset, else
     ``device_kind``'s, else the CPU probe's.  None when the table has no row for the
     preset."""
+    from pcgbench.stages.measure import planned_timing_seconds
+    from pcgbench.stages.plan import RunOptions
+
     at = [r for r in rows if r.preset == preset]
     if not at:
         return None
@@ -191,6 +194,10 @@ def estimate(jobs: Iterable[tuple[Any, ...]], preset: str, rows: list[CostRow],
             hours += row.s_per_update * updates / 3600 + row.sample_hours
         else:
             hours += row.total_hours
+        if stage != "data" and row.s_per_sample and row.n_test:
+            # the extra timed batches a run adds where its test split is short
+            hours += planned_timing_seconds(row.n_test, RunOptions.sample_batch,
+                                            row.s_per_sample) / 3600
         priced += 1
         sources.add((row.device, row.date))
     return Estimate(hours, priced, unpriced, kind, sources)

@@ -10,10 +10,12 @@ from pcgbench.paper import cost as papercost
 from pcgbench.paper.cost import CostRow
 
 
-def _row(task, method, kind="cuda", hours=2.0, preset="paper", updates=10):
+def _row(task, method, kind="cuda", hours=2.0, preset="paper", updates=10, s_sample=0.0,
+         n_test=5):
     # s/update consistent with the row's fit hours at ``updates`` (no sampling time)
     return CostRow(task, method, preset, kind, f"{kind} box", "2026-01-01",
-                   hours * 3600 / updates, updates, hours, 0.1, 5, 0.0, hours, "probe", "cmd")
+                   hours * 3600 / updates, updates, hours, s_sample, n_test, 0.0, hours,
+                   "probe", "cmd")
 
 
 def test_the_paper_matrix_names_registered_supported_methods():
@@ -59,6 +61,22 @@ def test_estimate_scales_a_job_s_fit_to_its_own_budget():
     half = papercost.estimate([("backbone", "darcy", "fm_ot", 1500)], "cpu", rows)
     full = papercost.estimate([("backbone", "darcy", "fm_ot", None)], "cpu", rows)
     assert math.isclose(half.hours, 1.0) and math.isclose(full.hours, 2.0)
+
+
+def test_the_price_counts_a_default_run_s_extra_timed_batches():
+    """measure's default bound, planned: a one-batch test split adds one timed batch when
+    it is slow (HIT D-Flow: 64 rows at 11.8 s), three when they fit the 60 s floor; a
+    split of four batches already has its three timed production batches."""
+    from pcgbench.stages.measure import planned_timing_seconds
+
+    assert math.isclose(planned_timing_seconds(64, 64, 11.8), 64 * 11.8)
+    assert math.isclose(planned_timing_seconds(64, 64, 0.001), 3 * 64 * 0.001)
+    assert math.isclose(planned_timing_seconds(128, 64, 0.01), 2 * 64 * 0.01)
+    assert planned_timing_seconds(256, 64, 5.0) == 0.0
+    rows = [_row("hit_reconstruction", "dflow", "cpu", 0.0, preset="cpu", s_sample=11.8,
+                 n_test=64)]
+    est = papercost.estimate([("method", "hit_reconstruction", "dflow")], "cpu", rows)
+    assert math.isclose(est.hours, 64 * 11.8 / 3600)
 
 
 def test_sweep_dry_run_prints_the_price(dirs, capsys, monkeypatch, tmp_path):

@@ -72,6 +72,30 @@ DEFAULT_TIMING_REPEATS = 3
 #: by default, extra timed batches may take the production sampling's time or this much
 TIMING_FLOOR_SECONDS = 60.0
 
+def more_timing(timed: int, spent: float, per_batch: float, allowance: float) -> bool:
+    """The default bound on extra timed batches: one more runs when none has been timed
+    yet, or when ``spent`` (the extra batches' seconds so far) plus one more batch stays
+    within ``allowance`` (the production sampling's seconds, at least
+    :data:`TIMING_FLOOR_SECONDS`)."""
+    return timed == 0 or spent + per_batch <= allowance
+
+
+def planned_timing_seconds(n: int, batch: int, seconds_per_sample: float,
+                           repeats: int = DEFAULT_TIMING_REPEATS) -> float:
+    """The seconds a default run spends on extra timed batches (beyond sampling its ``n``
+    test rows in batches of ``batch``), at ``seconds_per_sample``: what a price adds."""
+    batch = min(batch, n)
+    full = (n - batch) // batch
+    per = batch * seconds_per_sample
+    allowance = max(n * seconds_per_sample, TIMING_FLOOR_SECONDS)
+    spent = 0.0
+    for k in range(max(0, repeats - full)):
+        if not more_timing(full + k, spent, per, allowance):
+            break
+        spent += per
+    return spent
+
+
 #: the offset of a run's sampling seed from its training seed
 SAMPLE_SEED_OFFSET = 10_000
 
@@ -169,7 +193,9 @@ def _sample_batches(method: Method, task: Task, opts: RunOptions, device: torch.
     allowance = max(t_first + sum(repeats), TIMING_FLOOR_SECONDS)
     spent = 0.0
     for _ in range(extra):
-        if bounded and repeats and spent + statistics.median(repeats) > allowance:
+        if bounded and not more_timing(len(repeats), spent,
+                                       statistics.median(repeats) if repeats else 0.0,
+                                       allowance):
             bar.total = bar.n  # the bound stopped the extra batches early
             break
         t0 = time.perf_counter()
