@@ -112,6 +112,14 @@ def test_reproduce_agrees_on_a_deterministic_rerun_and_flags_a_changed_value(smo
     rc, out, _ = cli(capsys, ["reproduce", str(path), "--preset", "smoke", "--quiet"])
     assert rc == 1 and "structure" in out and "DIFFERS (beyond the seed spread" in out
     assert "data: the train split(s) DIFFER from the published cell's" in out
+    # a metric every published seed scored the same (a saturated classifier): said so
+    for f in (p / "records" / "burgers" / "smoke" / "fm_ot").glob("seed*-*.json"):
+        rec = json.loads(f.read_text())
+        rec.pop("digest")
+        rec["metrics"]["c2st"] = 0.123
+        f.write_text(json.dumps(seal_record(rec)))
+    rc, out, _ = cli(capsys, ["reproduce", str(path), "--preset", "smoke", "--quiet"])
+    assert rc == 1 and "every published seed scored 0.123: a spread of 0" in out
 
 
 def test_reproduce_refuses_an_unknown_or_stale_cell_in_one_line(smoke_set, capsys,

@@ -132,8 +132,14 @@ def run(args: argparse.Namespace) -> int:
         elif spread is not None and math.isfinite(spread) and diff <= spread:
             verdict = f"within the seed spread ({spread:.3g})"
         else:
-            verdict = ("DIFFERS (no seed spread to compare: one published seed)"
-                       if spread is None else f"DIFFERS (beyond the seed spread {spread:.3g})")
+            if spread is None:
+                verdict = "DIFFERS (no seed spread to compare: one published seed)"
+            elif spread == 0:
+                # e.g. a classifier saturated at 1 on every seed: nothing to compare with
+                verdict = (f"DIFFERS (every published seed scored {float(p):.6g}: a spread "
+                           "of 0, so any change differs)")
+            else:
+                verdict = f"DIFFERS (beyond the seed spread {spread:.3g})"
             bad += 1
         rows.append((metric, f"{float(p):.6g}", f"{float(v):.6g}", verdict))
     from pcgbench.leaderboard.render import text_table
