@@ -20,17 +20,16 @@ A score that ranks a fake among or above the trained methods rewards something o
 than a realistic sample (``missing_rmse`` of an ensemble mean rewards the conditional
 mean, which is smooth); ``structure`` is printed beside them.  Usage::
 
-    python benchmarks/hit_recon_baselines.py [--preset cpu] [--data-dir D] [--published P]
+    python benchmarks/hit_recon_baselines.py [--preset cpu] [--data-dir D]
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import math
 import statistics
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -67,13 +66,18 @@ def hidden_rmse(z: torch.Tensor, truth_z: torch.Tensor, m: torch.Tensor) -> torc
     return ((z - truth_z).pow(2) * h).sum(dim=(0, 2, 3, 4)).div(h.sum(dim=(0, 2, 3, 4))).sqrt()
 
 
-def published_rows(root: Path, task: str) -> dict[str, list[dict[str, float]]]:
-    rows: dict[str, list[dict[str, float]]] = {}
-    for f in sorted(glob.glob(str(root / task / "cpu" / "*" / "*.json"))):
-        rec = json.loads(Path(f).read_text())
-        if rec.get("tag") or rec.get("status") != "ok" or "config" not in rec:
-            continue
-        rows.setdefault(rec["method"], []).append(rec["metrics"])
+def published_rows(task: str, preset: str) -> dict[str, list[Mapping[str, Any]]]:
+    """Each default-column method's metrics per published seed of ``task`` at ``preset``
+    (the verified published set; floor, sanity rows, variants and failed runs left out)."""
+    from pcgbench.leaderboard.published import load_published
+    from pcgbench.leaderboard.sanity import is_reference
+    from pcgbench.leaderboard.tables import is_ok
+
+    rows: dict[str, list[Mapping[str, Any]]] = {}
+    for rec in load_published():
+        if (rec.task, rec.preset) == (task, preset) and is_ok(rec) and not rec.variant \
+                and not is_reference(rec.method):
+            rows.setdefault(rec.method, []).append(rec.metrics)
     return rows
 
 
@@ -82,8 +86,6 @@ def main() -> None:
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--task", default="hit_reconstruction")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--published", default=str(Path(__file__).parents[1] / "published"
-                                              / "records"))
     args = ap.parse_args()
 
     from pcgbench.stages.plan import RunOptions, build_task
@@ -117,7 +119,7 @@ def main() -> None:
         scored[name] = {k: v for k, v in evaluate(task, x, test.x, test.cond, test.cond).items()
                         if isinstance(v, int | float)}
 
-    pub = published_rows(Path(args.published), args.task)
+    pub = published_rows(args.task, args.preset)
     print(f"\n| row | n | {' | '.join(SHOWN)} |\n|---|---|{'---|' * len(SHOWN)}")
     for name, mets in scored.items():
         print(f"| {name} (fake) | 1 | " + " | ".join(f"{mets.get(k, float('nan')):.4g}"

@@ -72,6 +72,7 @@ DEFAULT_TIMING_REPEATS = 3
 #: by default, extra timed batches may take the production sampling's time or this much
 TIMING_FLOOR_SECONDS = 60.0
 
+
 def more_timing(timed: int, spent: float, per_batch: float, allowance: float) -> bool:
     """The default bound on extra timed batches: one more runs when none has been timed
     yet, or when ``spent`` (the extra batches' seconds so far) plus one more batch stays
