@@ -64,17 +64,28 @@ def stale_reason(record: Mapping[str, Any]) -> str | None:
 def default_config_changes(record: Mapping[str, Any]) -> list[str]:
     """``key = value`` of the fields where a default-column record's config differs from
     the method's default config on its task and preset today (a task's recipe or
-    method overrides changed since it ran); [] for variants, for fields the record or
-    the config lacks (added or removed since: the old behaviour), and where the task or
-    method is not registered here."""
+    method overrides changed since it ran); [] for variants and where the task or method
+    is not registered here.  A field the record lacks counts at the value its config
+    class declares it ran before it came (``added_at_default``), else is skipped, as a
+    field the config lacks (removed since: the old behaviour)."""
     record = RunRecord.from_json(record)
     if record.variant or not isinstance(record.get("config"), Mapping):
         return []
     now = _default_config(record.task, record.method, str(record.get("preset")))
     if now is None:
         return []
-    have = record.config
+    have = {**_added_at_default(record.method), **record.config}
     return [f"{k} = {now[k]}" for k in sorted(set(have) & set(now)) if have[k] != now[k]]
+
+
+def _added_at_default(method: str) -> dict[str, Any]:
+    """The registered method's config fields added after records existed, each with the
+    value those records ran (``MethodConfig.added_at_default``); {} where unregistered."""
+    from pcgbench.registry import METHODS
+
+    cls = METHODS.lookup(method)
+    config = getattr(cls, "Config", None) if cls is not None else None
+    return dict(getattr(config, "added_at_default", {}) or {})
 
 
 @functools.lru_cache(maxsize=256)

@@ -59,13 +59,18 @@ class PBFMConfig(MethodConfig):
     #: False: the flow-matching gradient alone, no unrolled residual (a diagnostic
     #: ablation, not PBFM: what the residual loss does to the samples; a variant column)
     residual: bool = True
-    #: ``residual`` came after PBFM's published cells: a record without it ran True
-    added_at_default: ClassVar[dict[str, Any]] = {"residual": True}
+    #: fields that came after PBFM's published cells, in the order they came, each with
+    #: the value a record without it ran (``residual`` True, ``cond_input`` "embed")
+    added_at_default: ClassVar[dict[str, Any]] = {"residual": True, "cond_input": "embed"}
     # "batch": mean(t) * mean(e) (the reference's broadcast); "sample": mean(t_b e_b)
     # (ours, per-sample weight); "none": mean(e)
     residual_t_weight: Literal["batch", "sample", "none"] = "batch"
     residual_power: int | None = None  # None: per benchmark (REFERENCE_RESIDUAL); 1 | 2
     conditioned: bool = True  # feed the condition also on zero-shot tasks
+    #: how a vector condition enters the network (paper-silent; ``pcgbench tune
+    #: suite_cond_input_pbfm``): "embed" with the time (the default), or "slice": an
+    #: initial row/frame repeated along time as an input channel (``SliceCondInput``)
+    cond_input: Literal["embed", "slice"] = "embed"
     ema_decay: float = 0.999
     ema_warmup: bool = True
     grad_clip: float | None = 1.0
@@ -199,8 +204,8 @@ class PBFM(Method[PBFMConfig]):
             raise PcgError(f"pbfm: unroll must be >= 1 or None, got {config.unroll}")
         spec = task.spec
         self.config: PBFMConfig = config
-        self.net = field_backbone(config.backbone, spec, conditioned=config.conditioned
-                                  ).to(self.device)
+        self.net = field_backbone(config.backbone, spec, conditioned=config.conditioned,
+                                  vector_cond=config.cond_input).to(self.device)
         self.ema = copy.deepcopy(self.net).requires_grad_(False)
         self.velocity = self.counted(self.ema)
         self.with_constraints = sees_constraints(task, config.conditioned)

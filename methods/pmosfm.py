@@ -169,6 +169,12 @@ class PMosFMConfig(MethodConfig):
     # loss_balance, grad_norm_every; the time fields apply to every objective that draws
     # (s, t) on its own law (not shortcut's dyadic grid, not drifting)
     objective: str = "native"
+    #: how a vector condition enters u_theta (paper-silent; ``pcgbench tune
+    #: suite_cond_input_pmosfm``): "embed" with the times (the default), or "slice": an
+    #: initial row/frame repeated along the first coordinate axis as an input channel
+    cond_input: Literal["embed", "slice"] = "embed"
+    #: ``cond_input`` came after PMosFM's published cells: a record without it ran "embed"
+    added_at_default: ClassVar[dict[str, object]] = {"cond_input": "embed"}
     #: optimization recipe, as FM-OT's (pcgbench.training.loop.train_loop): lr schedule after
     #: a linear warm-up, and the EMA of the weights that is sampled (0 = none)
     lr_schedule: str = "cosine"
@@ -227,8 +233,8 @@ class PMosFM(Method[PMosFMConfig]):
         # the task's condition: a vector embedded with the times, or observation fields
         # concatenated to the chart coordinates (TaskSpec.cond_channels)
         self.net = conditioned_backbone(bb, spec, in_channels=channels, out_channels=channels,
-                                        spatial_shape=tuple(spatial), n_times=2
-                                        ).to(self.device)
+                                        spatial_shape=tuple(spatial), n_times=2,
+                                        vector_cond=config.cond_input).to(self.device)
         self.u = self.counted(self.net)
         # the sampler's one network call, CUDA-graph captured on a GPU (counted alike)
         self._graphed = GraphedModule(self.net, enabled=config.sample_capture == "auto")

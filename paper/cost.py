@@ -54,8 +54,11 @@ class CostRow:
 def paper_matrix(task_names: Iterable[str] | None = None) -> dict[str, list[str]]:
     """task -> the registered methods the paper's tables report for it (its transcribed
     table, or the constrained-PDE suite's), supported on the task; tasks without a
-    transcribed table get :data:`MAIN_TABLE_METHODS`.  Variants of a task are included
-    (e.g. ``hit_reconstruction_50``)."""
+    transcribed table get :data:`MAIN_TABLE_METHODS`.  A column the paper leaves empty on
+    a task is not in its matrix (the suite's Navier--Stokes D-Flow and PBFM: "omitted
+    (instabilities / no 1D protocol)"); such a pair still runs when named
+    (``sweep --methods``).  Variants of a task are included (e.g.
+    ``hit_reconstruction_50``)."""
     from pcgbench.paper.reported import method_key, reported_csv, reported_table
     from pcgbench.registry import METHODS, TASKS
 
@@ -67,10 +70,12 @@ def paper_matrix(task_names: Iterable[str] | None = None) -> dict[str, list[str]
         task = cls(preset="smoke", progress=False)
         labels: list[str] = []
         if name in set(suite["dataset"]):
-            labels = sorted(set(suite.loc[suite["dataset"] == name, "method"]))
+            rows = suite[(suite["dataset"] == name) & suite["value"].notna()]
+            labels = sorted(set(rows["method"]))
         elif getattr(cls, "paper_benchmark", None):
             table = reported_table(cls.paper_benchmark)
-            labels = [] if table is None else list(table.columns)
+            labels = [] if table is None else [c for c in table.columns
+                                               if table[c].notna().any()]
         keys = [method_key(label) for label in labels] or list(MAIN_TABLE_METHODS)
         out[name] = [k for k in dict.fromkeys(keys)
                      if k in registered and METHODS.get(k).unsupported_reason(task) is None]

@@ -147,3 +147,40 @@ def _budget_hit_reconstruction_fm_ot() -> Study:
     backbone of five of its columns (CoCoGen, D-Flow, DiffusionPDE, ECI, PCFM)."""
     return _budget_study("fm_ot", tasks=("hit_reconstruction",),
                          name="cpu_budget_hit_reconstruction_fm_ot")
+
+
+#: the constrained-PDE suite's tasks whose vector condition is the field's initial slice
+#: (a row u(0, x)) and whose cpu fits two cores afford (Navier--Stokes's initial frame is
+#: one too, at ~2 h a PMosFM fit)
+SLICE_COND_TASKS = ("reaction_diffusion_ic", "burgers_ic", "heat")
+
+
+def _cond_input_study(method: str) -> Study:
+    return Study(
+        name=f"suite_cond_input_{method}", method=method,
+        description=(f"{method} on the zero-shot suite, fed the condition (our departure): "
+                     "the initial row embedded with the time (today) or repeated along "
+                     "time as an input channel, at the cpu budget"),
+        candidates=(Candidate("embed (today)", ()),
+                    Candidate("slice channel", (("cond_input", "slice"),))),
+        tasks=SLICE_COND_TASKS,
+        # stage 1: seed 0 (the embed fits are the runner's own checkpoints; 3 new fits of
+        # 9-28 min single-threaded); stage 2: both on seeds 0-2 for a verdict
+        stages=(Stage("1", iterations=3000, seeds=(0,)),
+                Stage("2", iterations=3000, seeds=(0, 1, 2), keep=2)),
+        always=("embed (today)",))
+
+
+@register_study
+def _cond_input_pbfm() -> Study:
+    """PBFM on the suite: its 64-value initial row through the time embedding is barely
+    followed on reaction_diffusion_ic (IC error as the unconditional FFM's; its cells
+    withheld, docs/constrained_pde_suite.md) -- the condition's way in is ours."""
+    return _cond_input_study("pbfm")
+
+
+@register_study
+def _cond_input_pmosfm() -> Study:
+    """PMosFM on the suite: as PBFM (its rows below the exact initial row barely follow
+    it on reaction_diffusion_ic)."""
+    return _cond_input_study("pmosfm")

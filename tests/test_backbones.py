@@ -302,3 +302,55 @@ def test_spectral_conv_inverts_a_hermitian_half_spectrum(shape):
     # the raw half-spectrum is not Hermitian: its c2c inverse is not real
     if d > 1:
         assert float(torch.fft.ifftn(_full_spectrum(raw, shape), dim=dims).imag.abs().max()) > 1e-3
+
+
+class _Echo(torch.nn.Module):
+    """A 'network' returning its input channels (to see what a wrapper feeds it)."""
+
+    def forward(self, x, times, cond=None):
+        assert cond is None
+        return x
+
+
+def test_a_slice_condition_is_repeated_along_the_first_axis_at_its_own_positions():
+    from pcgbench.backbones import SliceCondInput
+
+    x = torch.randn(3, 1, 5, 4)  # [B, C, t, x]
+    cond = torch.randn(3, 4)  # the initial row u(0, x)
+    out = SliceCondInput(_Echo(), 1)(x, torch.rand(3, 1), cond)
+    assert out.shape == (3, 2, 5, 4) and torch.equal(out[:, :1], x)
+    for t in range(5):  # every time row sees u(0, x) at its own x
+        assert torch.equal(out[:, 1, t], cond)
+    # a 2-D frame: [B, C, t, x, y] with cond [B, x * y]; one condition for the batch
+    x3 = torch.randn(2, 1, 3, 4, 5)
+    frame = torch.randn(1, 20)
+    out3 = SliceCondInput(_Echo(), 1)(x3, torch.rand(2, 1), frame)
+    assert torch.equal(out3[1, 1, 2], frame.reshape(4, 5))
+    with pytest.raises(PcgError, match="slice condition"):
+        SliceCondInput(_Echo(), 1)(x, torch.rand(3, 1), torch.randn(3, 5))
+
+
+def test_slice_conditioning_is_refused_where_the_condition_is_no_slice():
+    from pcgbench.backbones import SliceCondInput, conditioned_backbone, slice_channels
+    from pcgbench.fields import TaskSpec
+
+    assert slice_channels(8, (5, 8)) == 1 and slice_channels(16, (5, 8)) == 2
+    assert slice_channels(1, (5, 8)) is None and slice_channels(8, (8,)) is None
+    cfg = BackboneConfig(kind="fno", width=8, modes=4, layers=1, embed_dim=8)
+    row = TaskSpec(name="row", field_shape=(1, 6, 8), channel_names=("u",), cond_dim=8)
+    net = conditioned_backbone(cfg, row, in_channels=1, out_channels=1,
+                               spatial_shape=(6, 8), vector_cond="slice")
+    assert isinstance(net, SliceCondInput)
+    y = net(torch.randn(2, 1, 6, 8), torch.rand(2, 1), torch.randn(2, 8))
+    assert y.shape == (2, 1, 6, 8)
+    # a chart's coordinates (rows 1..nt-1) take the same row
+    assert conditioned_backbone(cfg, row, in_channels=1, out_channels=1, spatial_shape=(5, 8),
+                                vector_cond="slice")(torch.randn(2, 1, 5, 8), torch.rand(2, 1),
+                                                     torch.randn(2, 8)).shape == (2, 1, 5, 8)
+    scalar = TaskSpec(name="bc", field_shape=(1, 6, 8), channel_names=("u",), cond_dim=1)
+    with pytest.raises(PcgError, match="not a slice"):
+        conditioned_backbone(cfg, scalar, in_channels=1, out_channels=1,
+                             spatial_shape=(6, 8), vector_cond="slice")
+    with pytest.raises(PcgError, match="vector_cond"):
+        conditioned_backbone(cfg, row, in_channels=1, out_channels=1,
+                             spatial_shape=(6, 8), vector_cond="film")

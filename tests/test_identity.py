@@ -187,7 +187,7 @@ def test_a_record_from_before_a_config_field_is_found_not_rerun(dirs, tmp_path):
     import shutil
     from pathlib import Path
 
-    from pcgbench.results.identity import legacy_key
+    from pcgbench.results.identity import legacy_key, legacy_keys
     from pcgbench.results.layout import identity_name
     from pcgbench.stages.plan import RunOptions, record_paths, resolve
     from pcgbench.stages.runner import run
@@ -199,25 +199,53 @@ def test_a_record_from_before_a_config_field_is_found_not_rerun(dirs, tmp_path):
 
     assert legacy_key(key, Cfg()) == {"config": {"a": 1}, "seed": 0}
     assert legacy_key({**key, "config": {"a": 1, "residual": False}}, Cfg()) is None
+
+    class Two:  # fields in the order they came: residual, then cond_input
+        added_at_default = {"residual": True, "cond_input": "embed"}
+
+    both = {"config": {"a": 1, "residual": True, "cond_input": "embed"}, "seed": 0}
+    # written before cond_input (with residual), and before both
+    assert legacy_keys(both, Two()) == [{"config": {"a": 1, "residual": True}, "seed": 0},
+                                        {"config": {"a": 1}, "seed": 0}]
+    # the newest off its old value: no older name; an older one off: only the newest left out
+    assert legacy_keys({**both, "config": {**both["config"], "cond_input": "slice"}},
+                       Two()) == []
+    assert legacy_keys({**both, "config": {**both["config"], "residual": False}}, Two()) == [
+        {"config": {"a": 1, "residual": False}, "seed": 0}]
     # the published Burgers PBFM cells (recorded before the field) are found by name
     opts = RunOptions(task="burgers", method="pbfm", seed=0, preset="cpu",
                       results_dir=str(tmp_path / "r"), data_dir=str(tmp_path / "d"))
     names = {identity_name(p) for p in record_paths(opts)}
     shipped = Path(__file__).resolve().parents[1] / "published" / "records"
-    assert len(names) == 2 and sum((shipped / n).exists() for n in names) == 1
+    assert len(names) == 3 and sum((shipped / n).exists() for n in names) == 1
     off = RunOptions(task="burgers", method="pbfm", seed=0, preset="cpu",
                      overrides={"residual": False}, results_dir=str(tmp_path / "r"),
                      data_dir=str(tmp_path / "d"))
-    assert len(record_paths(off)) == 1
+    assert len(record_paths(off)) == 2  # its name from before cond_input only
     # a run finds a record stored under the older name and does not run again
     smoke = RunOptions(task="burgers", method="pbfm", seed=0, preset="smoke",
                        progress=False, overrides={"iterations": 2})
     first, path, reused = run(smoke)
     assert not reused
-    (old,) = resolve(smoke, planning=True).legacy_paths
+    *_, old = resolve(smoke, planning=True).legacy_paths  # the oldest name
     shutil.move(path, old)
     again, where, reused = run(smoke)
     assert reused and where == old and again.get("seed") == first.get("seed")
+    # a fit saved under the older name is loaded, not refitted (the record gone)
+    from pcgbench.stages.fit import fit
+
+    plan = resolve(smoke, planning=True)
+    ckpt_now = Path(str(first["checkpoint"]))
+    old.unlink()
+    from pcgbench.results.identity import fit_key
+    from pcgbench.results.layout import checkpoint_path
+
+    oldest_key = legacy_keys(plan.key, plan.method.config)[-1]
+    older = checkpoint_path(plan.root, fit_key(oldest_key, plan.method.config))
+    shutil.move(ckpt_now, older)
+    replanned = resolve(smoke)
+    assert replanned.checkpoint == older
+    assert fit(replanned).reused
 
 
 def test_a_split_is_generated_at_one_thread_whatever_the_process_runs_with(tmp_path):

@@ -25,6 +25,14 @@ def test_the_paper_matrix_names_registered_supported_methods():
     assert m["kf_generation"]  # no transcribed table: the main table's methods
 
 
+def test_the_paper_matrix_leaves_out_columns_the_paper_leaves_empty():
+    # the suite's Navier-Stokes row: D-Flow "pending", PBFM "--" (omitted in the paper)
+    m = papercost.paper_matrix(["navier_stokes", "reaction_diffusion_ic"])
+    assert "dflow" not in m["navier_stokes"] and "pbfm" not in m["navier_stokes"]
+    assert {"ffm", "eci", "pcfm", "diffusionpde", "pmosfm"} <= set(m["navier_stokes"])
+    assert {"dflow", "pbfm"} <= set(m["reaction_diffusion_ic"])
+
+
 def test_merge_replaces_a_measurement_and_the_csv_round_trips(tmp_path):
     old = [_row("burgers", "fm_ot", hours=1.0), _row("burgers", "fm_ot", "cpu", 9.0)]
     new = [_row("burgers", "fm_ot", hours=3.0)]

@@ -12,6 +12,7 @@ channels (:class:`FieldCondInput`), not embedded.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -106,8 +107,9 @@ def _gb(n: float) -> str:
     return f"{n / 1e6:.3g} MB"
 
 
-__all__ = ["BACKBONES", "BackboneBuilder", "BackboneConfig", "FieldCondInput",
-           "build_backbone", "conditioned_backbone", "field_backbone", "load_into_conditioned"]
+__all__ = ["BACKBONES", "VECTOR_COND", "BackboneBuilder", "BackboneConfig", "FieldCondInput",
+           "SliceCondInput", "build_backbone", "conditioned_backbone", "field_backbone",
+           "load_into_conditioned", "slice_channels"]
 
 
 class IgnoreCond(nn.Module):
@@ -146,19 +148,75 @@ class FieldCondInput(nn.Module):
         return self.net(torch.cat([x, c], dim=1), times, None)
 
 
+class SliceCondInput(nn.Module):
+    """A vector condition that is one slice of the field (an initial condition: the row
+    ``u(0, x)``, or the frame ``w(0, x, y)``) as input channels: ``cond`` [B, k *
+    prod(spatial[1:])] is reshaped to [B, k, 1, *spatial[1:]], repeated along the first
+    spatial axis (time) and concatenated to ``x``, so each point sees the initial value
+    at its own position; the time embedding gets no vector condition."""
+
+    def __init__(self, net: nn.Module, channels: int):
+        super().__init__()
+        self.net = net
+        self.channels = int(channels)
+
+    def forward(self, x: Tensor, times: Tensor | float, cond: Tensor | None = None) -> Tensor:
+        rest = x.shape[3:]
+        want = self.channels * math.prod(rest)
+        if cond is None or cond.shape[-1] != want or cond.ndim != 2:
+            got = "None" if cond is None else str(list(cond.shape))
+            raise PcgError(f"backbone expects a slice condition [B, {want}], got {got}")
+        c = cond.to(x).reshape(cond.shape[0], self.channels, 1, *rest)
+        if c.shape[0] == 1 and x.shape[0] != 1:
+            c = c.expand(x.shape[0], *c.shape[1:])
+        c = c.expand(x.shape[0], self.channels, x.shape[2], *rest)
+        return self.net(torch.cat([x, c], dim=1), times, None)
+
+
+#: how a vector condition enters a backbone (``conditioned_backbone(vector_cond=...)``):
+#: "embed" with the times (every method's default), or "slice" (:class:`SliceCondInput`)
+VECTOR_COND = ("embed", "slice")
+
+
+def slice_channels(cond_dim: int, spatial_shape: tuple[int, ...]) -> int | None:
+    """How many channels a vector condition of ``cond_dim`` fills as a slice of a field on
+    ``spatial_shape`` (``cond_dim`` a multiple of ``prod(spatial_shape[1:])``), else
+    None."""
+    if len(spatial_shape) < 2 or cond_dim < 1:
+        return None
+    n = math.prod(spatial_shape[1:])
+    return cond_dim // n if cond_dim % n == 0 else None
+
+
 def conditioned_backbone(cfg: BackboneConfig, spec: TaskSpec, *, in_channels: int,
                          out_channels: int, spatial_shape: tuple[int, ...], n_times: int = 1,
-                         conditioned: bool = True) -> nn.Module:
+                         conditioned: bool = True, vector_cond: str = "embed") -> nn.Module:
     """A backbone on fields ``[B, in_channels, *spatial_shape]`` that takes the task's
-    condition: a vector ``cond`` [B, cond_dim] is embedded with the times; field-shaped
-    conditions (``spec.cond_channels > 0``) are concatenated to the input channels
+    condition: a vector ``cond`` [B, cond_dim] is embedded with the times
+    (``vector_cond="embed"``) or, where it is a slice of the field (an initial row or
+    frame), repeated along the first spatial axis as input channels
+    (``vector_cond="slice"``, :class:`SliceCondInput`); field-shaped conditions
+    (``spec.cond_channels > 0``) are concatenated to the input channels
     (:class:`FieldCondInput`, so ``spatial_shape`` must be the task's grid).  With
     ``conditioned=False`` the condition is accepted and ignored (:class:`IgnoreCond`)."""
+    if vector_cond not in VECTOR_COND:
+        raise PcgError(f"vector_cond must be one of {', '.join(VECTOR_COND)}, got "
+                       f"{vector_cond!r}")
     field_cond = spec.cond_channels if conditioned else 0
     if field_cond and tuple(spatial_shape) != tuple(spec.spatial_shape):
         raise PcgError(f"task {spec.name!r} has field-shaped conditions on the grid "
                        f"{tuple(spec.spatial_shape)}; a backbone on {tuple(spatial_shape)} "
                        "cannot take them")
+    if conditioned and spec.cond_dim and vector_cond == "slice":
+        k = slice_channels(spec.cond_dim, tuple(spatial_shape))
+        if k is None:
+            raise PcgError(f"task {spec.name!r}: its condition ({spec.cond_dim} values) is "
+                           f"not a slice of a field on {tuple(spatial_shape)} (a multiple "
+                           f"of {math.prod(spatial_shape[1:]) if len(spatial_shape) > 1 else 0}"
+                           "); use cond_input=embed")
+        net = build_backbone(cfg, in_channels=in_channels + k, out_channels=out_channels,
+                             spatial_shape=spatial_shape, n_times=n_times, cond_dim=0)
+        return SliceCondInput(net, k)
     net = build_backbone(cfg, in_channels=in_channels + field_cond, out_channels=out_channels,
                          spatial_shape=spatial_shape, n_times=n_times,
                          cond_dim=spec.cond_dim if conditioned else 0)
@@ -170,7 +228,7 @@ def conditioned_backbone(cfg: BackboneConfig, spec: TaskSpec, *, in_channels: in
 
 
 def field_backbone(cfg: BackboneConfig, spec: TaskSpec, n_times: int = 1,
-                   conditioned: bool | None = None) -> nn.Module:
+                   conditioned: bool | None = None, vector_cond: str = "embed") -> nn.Module:
     """A backbone mapping the task's fields to fields of the same shape (a velocity,
     denoiser or x0-predictor), conditioned on the task's condition (vector or field, see
     :func:`conditioned_backbone`) unless ``conditioned`` is False (default: False exactly
@@ -179,7 +237,8 @@ def field_backbone(cfg: BackboneConfig, spec: TaskSpec, n_times: int = 1,
         conditioned = not spec.zero_shot
     return conditioned_backbone(cfg, spec, in_channels=spec.channels,
                                 out_channels=spec.channels, spatial_shape=spec.spatial_shape,
-                                n_times=n_times, conditioned=conditioned)
+                                n_times=n_times, conditioned=conditioned,
+                                vector_cond=vector_cond)
 
 
 def load_into_conditioned(dst: nn.Module, src_state: dict[str, Tensor]) -> list[str]:

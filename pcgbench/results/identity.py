@@ -101,16 +101,27 @@ def run_key(task: Task, method: Any, opts: RunOptions, device: torch.device | No
     }, code_versions(task, method))
 
 
-def legacy_key(key: dict[str, Any], config: Any) -> dict[str, Any] | None:
-    """The run ``key`` as a record written before ``config``'s ``added_at_default`` fields
-    existed names it: those fields left out where they hold the declared value (what ran
-    before them); None when none is left out (nothing older can be this run)."""
-    added = getattr(type(config), "added_at_default", {}) or {}
+def legacy_keys(key: dict[str, Any], config: Any) -> list[dict[str, Any]]:
+    """The names the run ``key`` had before ``config``'s ``added_at_default`` fields came
+    (declared in the order they came): without the newest field, then without the two
+    newest, ..., each while the fields left out hold their declared value (what ran
+    before them); [] when the newest is not at that value (nothing older is this run)."""
+    added = list((getattr(type(config), "added_at_default", {}) or {}).items())
     cfg = key.get("config", {})
-    drop = [k for k, v in added.items() if k in cfg and cfg[k] == v]
-    if not drop:
-        return None
-    return {**key, "config": {k: v for k, v in cfg.items() if k not in drop}}
+    out: list[dict[str, Any]] = []
+    for i in range(len(added) - 1, -1, -1):
+        name, value = added[i]
+        if name not in cfg or cfg[name] != value:
+            break
+        drop = {k for k, _ in added[i:]}
+        out.append({**key, "config": {k: v for k, v in cfg.items() if k not in drop}})
+    return out
+
+
+def legacy_key(key: dict[str, Any], config: Any) -> dict[str, Any] | None:
+    """The oldest of :func:`legacy_keys` (every added field left out), or None."""
+    keys = legacy_keys(key, config)
+    return keys[-1] if keys else None
 
 
 def fit_key(key: dict[str, Any], config: Any) -> dict[str, Any]:

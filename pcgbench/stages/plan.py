@@ -36,7 +36,7 @@ from pcgbench.results import layout
 from pcgbench.results.files import results_dir as default_results_dir
 from pcgbench.results.identity import (
     fit_key,
-    legacy_key,
+    legacy_keys,
     record_extra,
     run_key,
 )
@@ -362,12 +362,12 @@ class RunPlan:
     checkpoint: Path
     variant: str | None
     #: where a record of this same run written before a config field was added lies
-    #: (:func:`pcgbench.results.identity.legacy_key`); () when there is none
+    #: (:func:`pcgbench.results.identity.legacy_keys`: newest first); () when there is none
     legacy_paths: tuple[Path, ...] = ()
 
     @property
     def record_paths(self) -> tuple[Path, ...]:
-        """Every name a record of this run may have: today's, then the legacy one."""
+        """Every name a record of this run may have: today's, then the legacy ones."""
         return (self.record_path, *self.legacy_paths)
 
     @property
@@ -411,9 +411,14 @@ def resolve(opts: RunOptions, *, planning: bool = False, task: Task | None = Non
     key = run_key(task, method, opts, identity_device or dev)
     extra = record_extra(opts)
     path = layout.record_path(root, key, extra)
-    old = legacy_key(key, method.config)
-    legacy = () if old is None else (layout.record_path(root, old, extra),)
+    olds = legacy_keys(key, method.config)
+    legacy = tuple(layout.record_path(root, old, extra) for old in olds)
     ckpt = layout.checkpoint_path(root, fit_key(key, method.config))
+    if not ckpt.exists():  # the fit saved under a name from before an added field
+        for old in olds:
+            if (named := layout.checkpoint_path(root, fit_key(old, method.config))).exists():
+                ckpt = named
+                break
     entry = protocol_for(task.name, method_cls)
     protocol = {**entry.as_record(), "applied": bool(layers.protocol),
                 "overridden": sorted(set(opts.overrides) & set(entry.settings))}
