@@ -312,3 +312,37 @@ def test_a_diverged_result_carries_its_code_versions_and_is_not_refitted(dirs, t
     assert res["code_versions"]["method"] == METHODS.get("pmosfm").version_on("burgers")
     assert tune.result_current(res, "pmosfm")
     assert tune.tune_job(*args)["status"] == "exists"
+
+
+def test_a_task_scored_per_condition_is_tuned_on_halves_of_its_val_split(dirs, monkeypatch):
+    """The constrained-PDE suite groups MMSE/SMSE by condition and its val conditions are
+    not among the training rows' (heat): a candidate samples half A's conditions and is
+    scored against half B, over A's real rows against B -- the val split alone."""
+    import torch
+
+    from pcgbench.registry import TASKS
+
+    task = TASKS.get("heat")(preset="smoke", progress=False)
+    val = task.dataset("val")
+    a, b = tune.val_halves(val)
+    assert len(a) + len(b) == len(val) and abs(len(a) - len(b)) <= len(torch.unique(
+        val.cond, dim=0))
+    keys = {tuple(r) for r in val.cond.tolist()}
+    assert {tuple(r) for r in a.cond.tolist()} == keys == {tuple(r) for r in b.cond.tolist()}
+    assert not any(torch.equal(x, y) for x in a.x for y in b.x)  # no row on both sides
+    assert tune.val_rows(task, 4).x.shape == a.x.shape  # one sample per row of A
+    root = dirs / "study"
+    floor = tune.val_floor(task, 4, root)
+    assert floor[task.headline] > 0
+    # real rows of A against B are the floor: A itself scores 1x it; the fakes are seen
+    sanity = tune.val_sanity(task, 4, root)
+    assert set(sanity) == set(tune_fakes()) and all(v > 1 for v in sanity.values())
+    single = val.subset(torch.tensor([0]))
+    with pytest.raises(PcgError, match="single row"):
+        tune.val_halves(single)
+
+
+def tune_fakes() -> tuple[str, ...]:
+    from pcgbench.sanity import STRUCTURE_FAKES
+
+    return STRUCTURE_FAKES

@@ -11,7 +11,10 @@ shared with ``pcgbench run``; jobs run on the sweep's executors (local, SLURM, d
 Score of one run: the task's headline metric (``Task.headline``, one that tells every
 sanity row from real data: docs/evaluation.md "Sanity rows") of ``eval_repeats`` samples
 per val condition against the val split, over the same metric for real data (as many
-training rows, drawn ``FLOOR_DRAWS`` times, against the val split).  WD and the energy
+training rows, drawn ``FLOOR_DRAWS`` times, against the val split).  On a task scored per
+condition (the constrained-PDE suite) the val split is halved within each condition
+(:func:`val_halves`): one sample per row of half A against half B, over A's real rows
+against B.  WD and the energy
 distance, which a per-pixel Gaussian passes on several tasks, are recorded but decide
 nothing.  A candidate's score is the geometric mean over its (task, seed) runs; a
 candidate with a failed run (diverged, non-finite) ranks last and is named.  The sanity
@@ -285,6 +288,59 @@ def repeat_rows(data: FieldData, k: int) -> FieldData:
     return data.subset(torch.arange(len(data)).repeat(k))
 
 
+def grouped(task: Any) -> bool:
+    """Whether the task's statistics compare samples and reference per condition
+    (``Task.group_statistics_by_cond``: the constrained-PDE suite, whose val conditions
+    are not among the training rows' on every task)."""
+    return bool(getattr(task, "group_statistics_by_cond", False))
+
+
+def val_halves(val: FieldData) -> tuple[FieldData, FieldData]:
+    """(A, B): the val rows of each condition group split alternately (the group's 1st,
+    3rd, ... row to A; 2nd, 4th, ... to B), so both halves hold every condition.  On a
+    grouped task a candidate samples A's conditions once each and is scored against B,
+    and the floor is A's real rows against B: real data of the same conditions and the
+    same size, from the val split alone."""
+    c = val.cond.detach().reshape(len(val), -1).to(torch.float64)
+    _, inverse = torch.unique(c, dim=0, return_inverse=True)
+    rank = torch.zeros(len(val), dtype=torch.long)
+    seen: dict[int, int] = {}
+    for i, g in enumerate(inverse.tolist()):
+        rank[i] = seen.get(g, 0)
+        seen[g] = int(rank[i]) + 1
+    if min(seen.values()) < 2:
+        raise PcgError("the val split has a condition with a single row: it cannot be "
+                       "halved for per-condition scoring")
+    a, b = (rank % 2 == 0).nonzero().flatten(), (rank % 2 == 1).nonzero().flatten()
+    return val.subset(a), val.subset(b)
+
+
+def val_target(task: Any) -> FieldData:
+    """What a candidate's samples are scored against: the val split, or its half B on a
+    grouped task (:func:`val_halves`)."""
+    val = task.dataset("val")
+    return val_halves(val)[1] if grouped(task) else val
+
+
+def val_rows(task: Any, repeats: int) -> FieldData:
+    """The conditions a candidate samples: each val row ``repeats`` times, or each row of
+    half A once on a grouped task (as many samples as the floor's real rows)."""
+    val = task.dataset("val")
+    return val_halves(val)[0] if grouped(task) else repeat_rows(val, repeats)
+
+
+def floor_rows(task: Any, repeats: int, rng: np.random.Generator) -> FieldData:
+    """Real rows standing where a candidate's samples stand: ``repeats * len(val)``
+    training rows drawn with ``rng``, or half A of the val split on a grouped task (the
+    same rows every draw: :func:`val_halves`)."""
+    if grouped(task):
+        return val_halves(task.dataset("val"))[0]
+    train, val = task.dataset("train"), task.dataset("val")
+    n = repeats * len(val)
+    idx = torch.from_numpy(np.sort(rng.choice(len(train), n, replace=n > len(train))))
+    return train.subset(idx)
+
+
 def _floor_tag(task: Any) -> str:
     """The val floor's cache name suffix: the val split's version and a digest of the
     task's parameters and code versions (new data or a fix: another file)."""
@@ -296,7 +352,8 @@ def _floor_tag(task: Any) -> str:
     ident = json.dumps({"task_params": task.params_dict(),
                         "code_versions": code_versions(task, reference=True)},
                        sort_keys=True, default=str)
-    return (f"-val{v}" if v else "") + "-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
+    return ((f"-val{v}" if v else "") + ("-halves" if grouped(task) else "") + "-"
+            + hashlib.sha256(ident.encode()).hexdigest()[:12])
 
 
 def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
@@ -321,14 +378,12 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
             import warnings
 
             warnings.warn(f"val floor cache {path}: {problem}; regenerated", stacklevel=2)
-        train, val = task.dataset("train"), task.dataset("val")
-        n = repeats * len(val)
+        target = val_target(task)
         runs = []
-        for d in range(FLOOR_DRAWS):
-            rng = np.random.default_rng([7, d])
-            idx = torch.from_numpy(np.sort(rng.choice(len(train), n, replace=n > len(train))))
-            ref = train.subset(idx)
-            runs.append(evaluate(task, ref.x, val.x, ref.cond, val.cond))
+        for d in range(1 if grouped(task) else FLOOR_DRAWS):
+            ref = floor_rows(task, repeats, np.random.default_rng([7, d]))
+            runs.append(evaluate(task, ref.x, target.x, ref.cond, target.cond))
+        n = len(ref)
         metrics = {k: statistics.fmean(float(r[k]) for r in runs)
                    for k in runs[0] if all(isinstance(r[k], int | float) for r in runs)}
         if not _usable_floor(metrics, task.headline):
@@ -336,7 +391,7 @@ def val_floor(task: Any, repeats: int, root: Path) -> dict[str, float]:
                            f"{metrics.get(task.headline)!r} (real data against the val "
                            f"split; {path}): no ratio can be taken to it")
         atomic_write_json(path, {"task": task.name, "preset": task.preset, "repeats": repeats,
-                                 "draws": FLOOR_DRAWS, "n": n, "metrics": metrics})
+                                 "draws": len(runs), "n": n, "metrics": metrics})
         return metrics
 
 
@@ -371,17 +426,16 @@ def val_sanity(task: Any, repeats: int, root: Path) -> dict[str, float]:
                     return cached
             except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
                 pass  # damaged: computed again below
-        train, val = task.dataset("train"), task.dataset("val")
-        n = repeats * len(val)
+        target = val_target(task)
         ratios = {}
         for i, name in enumerate(STRUCTURE_FAKES):
             vals = []
             for d in range(2):
                 rng = np.random.default_rng([SANITY_SEED, 100 + d, i])
-                idx = torch.from_numpy(np.sort(rng.choice(len(train), n,
-                                                          replace=n > len(train))))
-                fake = FAKES[name].build(task, train.subset(idx), val, rng)
-                v = evaluate(task, fake.x, val.x, fake.cond, val.cond, (headline,))[headline]
+                source = floor_rows(task, repeats, rng)
+                fake = FAKES[name].build(task, source, target, rng)
+                v = evaluate(task, fake.x, target.x, fake.cond, target.cond,
+                             (headline,))[headline]
                 vals.append(float(v) if isinstance(v, int | float) else math.nan)
             ratios[name] = ratio_to_floor(statistics.fmean(vals), float(floor or math.nan),
                                           0.0, False)
@@ -436,14 +490,14 @@ def tune_job(study_name: str, stage_name: str, task_name: str, cand_name: str, s
         from pcgbench.results.identity import code_versions
 
         res["code_versions"] = code_versions(task, method, reference=True)
-        val = task.dataset("val")
+        target = val_target(task)
         k = study.eval_repeats
-        rows = repeat_rows(val, k)
+        rows = val_rows(task, k)
         dev = environment.resolve_device(device)
         gen = torch.Generator(device="cpu").manual_seed(VAL_SEED + seed)
         with torch.no_grad():
             samples = sample_rows(method, rows, 64, gen, dev)
-        metrics = evaluate(task, samples, val.x, rows.cond, val.cond)
+        metrics = evaluate(task, samples, target.x, rows.cond, target.cond)
         status, reason = run_status(method, fitted.stats, metrics)
         floor = val_floor(task, k, root)
         res.update(status=status, status_reason=reason, metrics=metrics, floor=floor,
