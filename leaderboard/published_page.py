@@ -56,9 +56,11 @@ def _seeds_label(seeds: list[int]) -> str:
 def coverage_markdown(records: list, preset: str) -> str:
     """How much of the paper's matrices (``pcgbench sweep --matrix main`` / ``suite``) the
     published set holds at ``preset``: per task and paper column, the seeds of its scored,
-    current, default-column cells (``–``: none yet; blank: not a column of that task's
-    paper table).  ``pcgbench sweep --matrix M --preset P --seeds 0 1 2 --dry-run`` lists
-    and prices what is left."""
+    current, default-column cells (``–``: none yet; ``withheld``: measured and judged
+    doubtful, ``published/withheld.json``; ``n/a``: the paper's table has no value there,
+    not in its matrix).  ``pcgbench sweep --matrix M --preset P --seeds 0 1 2 --dry-run``
+    lists and prices what is left."""
+    from pcgbench.leaderboard.published import withheld
     from pcgbench.leaderboard.tables import is_ok
     from pcgbench.paper.cost import matrix
 
@@ -67,6 +69,14 @@ def coverage_markdown(records: list, preset: str) -> str:
         if r.get("preset") == preset and not r.variant and is_ok(r) and isinstance(
                 r.get("seed"), int):
             seeds.setdefault((r.task, r.method), []).append(r.get("seed"))
+    held = {(w["task"], w["method"]) for w in withheld(preset=preset)}
+
+    def cell(task: str, method: str, columns: list[str]) -> str:
+        if method not in columns:
+            return "n/a"
+        got = sorted(set(seeds.get((task, method), [])))
+        return "withheld" if not got and (task, method) in held else _seeds_label(got)
+
     out = []
     for name, title in (("main", "the main table"), ("suite", "the constrained-PDE suite")):
         m = matrix(name)
@@ -76,14 +86,14 @@ def coverage_markdown(records: list, preset: str) -> str:
         rows = ["| task | " + " | ".join(methods) + " |",
                 "|---|" + "---|" * len(methods)]
         for task, ms in m.items():
-            rows.append(f"| {task} | " + " | ".join(
-                _seeds_label(sorted(set(seeds.get((task, x), [])))) if x in ms else ""
-                for x in methods) + " |")
+            rows.append(f"| {task} | " + " | ".join(cell(task, x, ms) for x in methods)
+                        + " |")
         out += [f"## Coverage of {title} at `{preset}`", "",
                 f"Published seeds per paper column (`pcgbench sweep --matrix {name}`): "
                 f"{full} of {want} cells have seeds 0–2 or more; `pcgbench sweep --matrix "
                 f"{name} --preset {preset} --seeds 0 1 2 --dry-run` lists and prices the "
-                "rest.", "", *rows, ""]
+                "rest (`–`: none yet; `withheld`: measured, judged doubtful, named under "
+                "its table; `n/a`: the paper's table has no value there).", "", *rows, ""]
     return "\n".join(out)
 
 

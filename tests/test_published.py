@@ -184,5 +184,12 @@ def test_the_page_says_how_much_of_the_papers_matrices_is_published(smoke_set):
     names = [c.strip() for c in header.strip("|").split("|")]
     assert cells[names.index("fm_ot")] == "2 (0, 1)"  # two smoke seeds published
     assert cells[names.index("pmosfm")] == "–"  # a paper column with nothing yet
-    assert cells[names.index("pcft")] == ""  # not a column of burgers' paper table
+    assert cells[names.index("pcft")] == "n/a"  # not a column of burgers' paper table
     assert "0 of 40 cells have seeds 0–2" in text  # two seeds are not a full cell
+    # the suite's Navier-Stokes row: D-Flow and PBFM are empty in the paper's table
+    ns = next(line for line in text.splitlines() if line.startswith("| navier_stokes |"))
+    suite_header = [line for line in text.splitlines() if line.startswith("| task |")][1]
+    ns_cells = dict(zip([c.strip() for c in suite_header.strip("|").split("|")],
+                        [c.strip() for c in ns.strip("|").split("|")], strict=True))
+    assert ns_cells["dflow"] == ns_cells["pbfm"] == "n/a" and ns_cells["pmosfm"] == "–"
+    assert "of 33 cells" in text

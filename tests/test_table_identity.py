@@ -210,3 +210,22 @@ def test_a_default_column_record_of_an_older_default_config_is_stale():
     failed = _rec("pmosfm", task="darcy", config={**now, "warmup": 100}, status="diverged",
                   status_reason="loss became non-finite")
     assert "with an older default config (now warmup = 300)" in failed_notes([failed])[0]
+
+
+def test_a_record_from_before_an_added_field_is_stale_once_its_default_moves(monkeypatch):
+    """A record without an ``added_at_default`` field ran that field's declared value: it
+    is current while today's default is that value, and stale (named) once a default
+    moves off it -- not silently current for lacking the field."""
+    from pcgbench.leaderboard import tables
+    from pcgbench.stages.plan import default_config_dict
+
+    now = default_config_dict("reaction_diffusion_ic", "pmosfm", "cpu")
+    assert now is not None and now["cond_input"] == "embed"
+    before = {k: v for k, v in now.items() if k != "cond_input"}
+    assert tables.stale_reason(_rec("pmosfm", task="reaction_diffusion_ic",
+                                    config=before)) is None
+    moved = {**now, "cond_input": "slice"}
+    tables._default_config.cache_clear()
+    monkeypatch.setattr(tables, "_default_config", lambda *a: moved)
+    reason = tables.stale_reason(_rec("pmosfm", task="reaction_diffusion_ic", config=before))
+    assert reason is not None and "now cond_input = slice" in reason
