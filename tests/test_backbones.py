@@ -354,3 +354,27 @@ def test_slice_conditioning_is_refused_where_the_condition_is_no_slice():
     with pytest.raises(PcgError, match="vector_cond"):
         conditioned_backbone(cfg, row, in_channels=1, out_channels=1,
                              spatial_shape=(6, 8), vector_cond="film")
+
+
+@pytest.mark.parametrize("method_name", ["pbfm", "pmosfm"])
+def test_a_slice_conditioned_method_network_sees_the_initial_row(method_name, tmp_path):
+    """``cond_input=slice`` wires the condition in as an input channel: the network's
+    output moves with the row; a condition that is not a row is refused in one line."""
+    from pcgbench.config import apply_overrides
+    from pcgbench.registry import METHODS, TASKS
+
+    task = TASKS.get("reaction_diffusion_ic")("smoke", data_dir=tmp_path, progress=False)
+    cls = METHODS.get(method_name)
+    cfg = apply_overrides(cls.Config.for_preset("smoke"), {"cond_input": "slice"})
+    net = cls(task, cfg, "cpu").net
+    assert net.__class__.__name__ == "SliceCondInput"
+    cond = task.dataset("train").cond[:2]
+    n_t = 2 if method_name == "pmosfm" else 1
+    x = torch.randn(2, 1, task.spec.field_shape[1] - (method_name == "pmosfm"),
+                    task.spec.field_shape[2])
+    t = torch.rand(2, n_t)
+    with torch.no_grad():
+        assert not torch.allclose(net(x, t, cond), net(x, t, cond.flip(-1)))
+    bc = TASKS.get("burgers_bc")("smoke", data_dir=tmp_path, progress=False)
+    with pytest.raises(PcgError, match="not a slice"):
+        cls(bc, cfg, "cpu")

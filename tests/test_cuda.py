@@ -176,3 +176,17 @@ def test_pbfm_config_combines_paper_sized_gradients_on_cuda():
     g, used = config_combine(g1, g2)
     assert used and bool(torch.isfinite(g).all())
     assert float(g @ g1) > 0 and float(g @ g2) > 0
+
+
+@pytest.mark.parametrize("method_name", ["pbfm", "pmosfm"])
+def test_slice_conditioning_fits_and_samples_on_cuda(method_name, data_dir):
+    """``cond_input=slice`` (the initial row as an input channel) on the device."""
+    task = TASKS.get("reaction_diffusion_ic")("smoke", data_dir=data_dir, progress=False)
+    cls = METHODS.get(method_name)
+    cfg = apply_overrides(cls.Config.for_preset("smoke"),
+                          {"iterations": 2, "cond_input": "slice"})
+    method = prepare(cls(task, cfg, CUDA))
+    method.fit(task.dataset("train"), progress=False)
+    test = task.dataset("test")
+    out = method.sample(test.cond[:4].to(CUDA), 4, torch.Generator().manual_seed(0))
+    assert out.shape == (4, *task.spec.field_shape) and bool(torch.isfinite(out).all())
