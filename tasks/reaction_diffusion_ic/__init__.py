@@ -304,4 +304,12 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
         base = InitialSliceChart(shape, lambda c: c[:, : p.nx])
         return GaussNewtonChart(self._cl, shape, base_chart=base,
                                 iters=p.gn_iters if iters is None else iters,
-                                tolerance=p.gn_tolerance)
+                                tolerance=p.gn_tolerance, jacobian=self._cl_jacobian)
+
+    def _cl_jacobian(self, u: Tensor, cond: Tensor | None = None) -> Tensor:
+        """D_u of ``cl`` on the ``ic_mass`` chart's coordinates (rows 1..nt-1, [B, 1,
+        nt - 1, nx]) -> [B, nt - 1, (nt - 1) nx] (:func:`fk.interior_mass_balance_jacobian`)."""
+        p = self.params
+        dt = p.dt_save * (p.nt - 1) / u.shape[-2]
+        jac = fk.interior_mass_balance_jacobian(u[:, 0], p.rho, p.nu, dt)
+        return jac.reshape(u.shape[0], jac.shape[1], -1)

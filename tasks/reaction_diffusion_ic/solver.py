@@ -245,3 +245,28 @@ def interior_mass_balance_residual(u: Tensor, rho: float, nu: float, dt: float) 
     f_left = -nu * (u[..., 1] - u[..., 0]) / dx
     f_right = -nu * (u[..., -1] - u[..., -2]) / dx
     return mass[:, 1:] - mass[:, :1] - _trapezoid(source + f_left - f_right, dt)
+
+
+def interior_mass_balance_jacobian(rows: Tensor, rho: float, nu: float, dt: float) -> Tensor:
+    """D r / D u of :func:`interior_mass_balance_residual` with respect to the rows
+    ``u_1..u_{nt-1}`` (the initial row fixed): ``rows [B, nt - 1, nx]`` ->
+    ``[B, nt - 1, nt - 1, nx]`` (constraint n, row m, cell j), in closed form::
+
+        dr_n/du_{m,j} = [m = n] dx 1_{0<j<nx-1} - W_{nm} dq_m/du_{m,j},
+        q_m = S_m + F_L - F_R,  W_{nm} = dt (m < n), dt/2 (m = n), 0 (m > n),
+        dq_m/du_{m,j} = rho dx (1 - 2 u_{m,j}) 1_{0<j<nx-1} + nu/dx ([j=0] - [j=1]
+                        - [j=nx-2] + [j=nx-1])
+
+    (the trapezoid counts q_m twice below the diagonal, once on it).  Agrees with
+    autograd (tests/test_suite_heat_rd.py)."""
+    b, n, nx = rows.shape
+    dx = 1.0 / nx
+    inner = torch.zeros(nx, dtype=rows.dtype, device=rows.device)
+    inner[1:-1] = 1.0
+    flux = torch.zeros(nx, dtype=rows.dtype, device=rows.device)
+    flux[0], flux[1], flux[-2], flux[-1] = nu / dx, -nu / dx, -nu / dx, nu / dx
+    g = rho * dx * (1 - 2 * rows) * inner + flux  # [B, nt - 1, nx]
+    w = torch.tril(torch.full((n, n), dt, dtype=rows.dtype, device=rows.device), -1)
+    w = w + torch.eye(n, dtype=rows.dtype, device=rows.device) * (0.5 * dt)
+    eye = torch.eye(n, dtype=rows.dtype, device=rows.device)
+    return eye[None, :, :, None] * (dx * inner) - w[None, :, :, None] * g[:, None, :, :]
