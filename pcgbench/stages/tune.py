@@ -672,12 +672,24 @@ def stage_table(study: Study, res: StageResult, preset: str) -> StageTable:
                           + [cell(r[f"{t}:energy"]) for t in study.tasks]
                           + [" ".join(f"{s:.3g}" for s in r["seed_scores"]),
                              "; ".join(r["failed"])]))
+    from pcgbench.registry import TASKS
+
+    halved = [t for t in study.tasks if grouped(TASKS.get(t))]
+    plain = [t for t in study.tasks if t not in halved]
+    how = []
+    if plain:
+        how.append(f"{', '.join(plain) if halved else 'each task'}: "
+                   f"{study.eval_repeats} samples per val condition, each "
+                   "metric over the same metric of as many training rows against the val "
+                   f"split (mean of {FLOOR_DRAWS} draws)")
+    if halved:
+        how.append(f"{', '.join(halved)} (scored per condition): the val split halved within "
+                   "each condition, one sample per row of half A against half B, each "
+                   "metric over A's real rows against B")
     caption = (f"Study {study.name}, stage {stage.name} ({study.method}, preset {preset}, "
                f"{stage.iterations} updates, seeds {', '.join(map(str, stage.seeds))}, "
-               f"tasks {', '.join(study.tasks)}): scored on the VAL split, "
-               f"{study.eval_repeats} samples per val condition; each task's headline "
-               f"metric, WD and ED (energy distance) over the same metric of as many "
-               f"training rows against the val split (mean of {FLOOR_DRAWS} draws); mean ± "
+               f"tasks {', '.join(study.tasks)}): scored on the VAL split; the headline "
+               f"metric, WD and ED (energy distance) of {'; '.join(how)}; mean ± "
                "std over seeds; score = geometric mean over runs of the headline's ratio, "
                "lower is better (WD and ED, blind to per-pixel noise on several tasks, "
                "decide nothing)." + (f" {res.missing} result(s) missing." if res.missing
