@@ -346,3 +346,26 @@ def tune_fakes() -> tuple[str, ...]:
     from pcgbench.sanity import STRUCTURE_FAKES
 
     return STRUCTURE_FAKES
+
+
+def test_a_study_resumes_from_its_published_stage_results(dirs, tmp_path, monkeypatch):
+    """``published/tune/<study>/`` results are copied into the study's results dir where it
+    has none (never over a local one), so a study measured elsewhere resumes here."""
+    from pcgbench.leaderboard import published
+
+    pub = tmp_path / "pub"
+    src = pub / "tune" / "tiny" / "cpu" / "stage1" / "burgers" / "e0_a"
+    src.mkdir(parents=True)
+    (src / "seed0.json").write_text('{"from": "published"}')
+    (src / "seed1.json").write_text('{"from": "published"}')
+    monkeypatch.setattr(published, "published_root", lambda: pub)
+    root = tmp_path / "results" / "tune" / "tiny"
+    local = root / "cpu" / "stage1" / "burgers" / "e0_a" / "seed1.json"
+    local.parent.mkdir(parents=True)
+    local.write_text('{"from": "here"}')
+    assert tune.seed_from_published(_study(), root) == 1
+    assert json.loads((local.parent / "seed0.json").read_text()) == {"from": "published"}
+    assert json.loads(local.read_text()) == {"from": "here"}
+    assert tune.seed_from_published(_study(), root) == 0
+    monkeypatch.setattr(published, "published_root", lambda: None)
+    assert tune.seed_from_published(_study(), tmp_path / "other") == 0

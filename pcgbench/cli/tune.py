@@ -68,6 +68,12 @@ def run(args: argparse.Namespace) -> int:
     resolve_device(args.device)  # a bad or absent device is one line before any planning
     indices = range(len(names)) if args.stage == "all" else [names.index(args.stage)]
     results = str(default_results_dir(args.results))
+    from pcgbench.stages.tune import seed_from_published
+
+    if not args.dry_run and not args.summary:  # a dry run or a summary writes nothing
+        if copied := seed_from_published(study, study_dir(study, results)):
+            print(f"  {copied} published stage result(s) of {study.name} copied into "
+                  f"{study_dir(study, results)} (used where current)")
     print(f"study {study.name}: {study.description}")
     print(f"  {len(study.candidates)} candidates, tasks {', '.join(study.tasks)}, stages "
           + "; ".join(f"{s.name}: {s.iterations} updates x seeds {list(s.seeds)}"

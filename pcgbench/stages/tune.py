@@ -262,6 +262,30 @@ def result_current(res: dict[str, Any], method: str) -> bool:
     return not stale_versions(res["code_versions"] or {}, task, method)
 
 
+def seed_from_published(study: Study, root: Path) -> int:
+    """Copy the study's published stage results (``published/tune/<study>/``: val-split
+    results measured on another machine, shipped so a study resumes where it stood) into
+    its results dir ``root`` where that has none; returns how many were copied.  A copied
+    result is used only where it is current (:func:`read_result`, ``result_current``),
+    as a local one; otherwise its job runs again."""
+    import shutil
+
+    from pcgbench.leaderboard.published import published_root
+
+    pub = published_root()
+    src = None if pub is None else pub / "tune" / study.name
+    if src is None or not src.is_dir():
+        return 0
+    copied = 0
+    for f in sorted(src.rglob("*.json")):
+        dst = root / f.relative_to(src)
+        if not dst.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst)
+            copied += 1
+    return copied
+
+
 def read_result(path: Path) -> dict[str, Any] | None:
     """The study result at ``path``; None when there is none, or when it cannot be used
     (one warning naming the file and why: it is recomputed, never read as a number)."""
