@@ -166,10 +166,9 @@ class SliceCondInput(nn.Module):
         if cond is None or cond.shape[-1] != want or cond.ndim != 2:
             got = "None" if cond is None else str(list(cond.shape))
             raise PcgError(f"backbone expects a slice condition [B, {want}], got {got}")
-        c = cond.to(x).reshape(cond.shape[0], self.channels, 1, *rest)
-        if c.shape[0] == 1 and x.shape[0] != 1:
-            c = c.expand(x.shape[0], *c.shape[1:])
-        c = c.expand(x.shape[0], self.channels, x.shape[2], *rest)
+        # one expand: along time, and over the batch where one condition serves it
+        c = cond.to(x).reshape(cond.shape[0], self.channels, 1, *rest).expand(
+            x.shape[0], self.channels, x.shape[2], *rest)
         return self.net(torch.cat([x, c], dim=1), times, None)
 
 
