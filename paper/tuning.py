@@ -159,16 +159,17 @@ def _cond_input_study(method: str) -> Study:
     return Study(
         name=f"suite_cond_input_{method}", method=method,
         description=(f"{method} on the zero-shot suite, fed the condition (our departure): "
-                     "the initial row embedded with the time (today) or repeated along "
-                     "time as an input channel, at the cpu budget"),
-        candidates=(Candidate("embed (today)", ()),
+                     "the initial row embedded with the time (the default until this "
+                     "study) or repeated along time as an input channel, at the cpu budget"),
+        # both explicit: the chosen one is now the tasks' default (slice_cond_overrides)
+        candidates=(Candidate("embed", (("cond_input", "embed"),)),
                     Candidate("slice channel", (("cond_input", "slice"),))),
         tasks=SLICE_COND_TASKS,
         # stage 1: seed 0 (the embed fits are the runner's own checkpoints; 3 new fits of
         # 9-28 min single-threaded); stage 2: both on seeds 0-2 for a verdict
         stages=(Stage("1", iterations=3000, seeds=(0,)),
                 Stage("2", iterations=3000, seeds=(0, 1, 2), keep=2)),
-        always=("embed (today)",))
+        always=("embed",))
 
 
 @register_study

@@ -266,6 +266,17 @@ class Constraint:
 STRUCTURE_METRICS: tuple[str, ...] = ("structure", "increments", "c2st")
 
 
+def slice_cond_overrides(*methods: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """A task's ``method_overrides`` giving each of ``methods`` ``cond_input="slice"`` (the
+    condition, the field's initial row, as input channels repeated along time) at every
+    preset: where the declared studies ``pcgbench tune suite_cond_input_<method>`` chose
+    it over the time embedding on the val split (docs/methods/training_time.md "How the
+    condition enters")."""
+    from pcgbench.presets import PRESETS
+
+    return {m: {p: {"cond_input": "slice"} for p in PRESETS} for m in methods}
+
+
 class Task(ABC):
     """Base class of every task.  Subclasses set ``Params`` (a frozen dataclass), implement
     ``params_for``, ``spec``, ``generate`` and ``residual``, and may add constraints and
@@ -307,8 +318,10 @@ class Task(ABC):
     recipe_overrides: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     #: per method name, then per preset, config fields that this one method (and the
     #: methods registered as its subclasses, e.g. ``pmosfm_tuned`` of ``pmosfm``) takes on
-    #: this task on top of ``recipe_overrides`` -- a measured stability fix, never a tuning
-    #: for a better score (e.g. ``{"pmosfm": {"cpu": {"lr": 5e-4}}}``); printed under every
+    #: this task on top of ``recipe_overrides`` -- a measured stability fix, or a setting
+    #: the papers leave open chosen on the val split by a declared study
+    #: (:func:`slice_cond_overrides`), never a tuning for a better test score (e.g.
+    #: ``{"pmosfm": {"cpu": {"lr": 5e-4}}}``); printed under every
     #: table of the task and documented in its docs/tasks/ page; ``--set`` still wins
     method_overrides: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {}
     #: names of the axes of ``field_shape[1:]`` (figures label them: ``("t", "x")`` for a

@@ -37,7 +37,7 @@ from pcgbench.charts import Chart, GaussNewtonChart
 from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
-from pcgbench.task import STRUCTURE_METRICS, Constraint
+from pcgbench.task import STRUCTURE_METRICS, Constraint, slice_cond_overrides
 from pcgbench.tasks._burgers_suite import (
     GN_BACKTRACK,
     GN_LM,
@@ -131,6 +131,9 @@ class BurgersICTask(BurgersSuiteTask):
     fixed = "ic"
     metrics = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re", *STRUCTURE_METRICS)
     paper_benchmark = "burgers_ic"
+    #: PBFM and PMosFM take the initial row as input channels here, chosen on val by the
+    #: studies ``suite_cond_input_pbfm`` / ``_pmosfm`` (docs/methods/training_time.md)
+    method_overrides = slice_cond_overrides("pbfm", "pmosfm")
     description = ("inviscid Burgers u(t, x), Godunov FV, fixed IC x random inflow BC "
                    "(constrained-PDE suite)")
     #: PCFM's sampling set draws its fixed ICs and then its BCs from the training seed's

@@ -31,7 +31,14 @@ from pcgbench.charts import Chart, MeanFreeChart
 from pcgbench.errors import PcgError
 from pcgbench.numerics.finite_difference import time_derivative
 from pcgbench.registry import TASKS
-from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import (
+    STRUCTURE_METRICS,
+    Constraint,
+    FieldData,
+    Task,
+    TaskSpec,
+    slice_cond_overrides,
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,9 @@ class HeatTask(Task):
     metrics: ClassVar[tuple[str, ...]] = ("mmse", "smse", "ce_ic", "ce_cl", "feature_fd", "re",
                                           *STRUCTURE_METRICS)
     group_statistics_by_cond: ClassVar[bool] = True
+    #: PBFM and PMosFM take the initial row as input channels here, chosen on val by the
+    #: studies ``suite_cond_input_pbfm`` / ``_pmosfm`` (docs/methods/training_time.md)
+    method_overrides = slice_cond_overrides("pbfm", "pmosfm")
 
     @classmethod
     def params_for(cls, preset: str) -> HeatParams:

@@ -212,20 +212,23 @@ def test_a_default_column_record_of_an_older_default_config_is_stale():
     assert "with an older default config (now warmup = 300)" in failed_notes([failed])[0]
 
 
-def test_a_record_from_before_an_added_field_is_stale_once_its_default_moves(monkeypatch):
+def test_a_record_from_before_an_added_field_is_stale_once_its_default_moves():
     """A record without an ``added_at_default`` field ran that field's declared value: it
-    is current while today's default is that value, and stale (named) once a default
-    moves off it -- not silently current for lacking the field."""
+    is current while today's default is that value (navier_stokes: ``embed``), and stale
+    (named) where a default moved off it (the slice-condition suite tasks:
+    ``slice_cond_overrides``) -- not silently current for lacking the field."""
     from pcgbench.leaderboard import tables
     from pcgbench.stages.plan import default_config_dict
 
-    now = default_config_dict("reaction_diffusion_ic", "pmosfm", "cpu")
-    assert now is not None and now["cond_input"] == "embed"
-    before = {k: v for k, v in now.items() if k != "cond_input"}
-    assert tables.stale_reason(_rec("pmosfm", task="reaction_diffusion_ic",
-                                    config=before)) is None
-    moved = {**now, "cond_input": "slice"}
-    tables._default_config.cache_clear()
-    monkeypatch.setattr(tables, "_default_config", lambda *a: moved)
-    reason = tables.stale_reason(_rec("pmosfm", task="reaction_diffusion_ic", config=before))
-    assert reason is not None and "now cond_input = slice" in reason
+    for method in ("pbfm", "pmosfm"):
+        kept = default_config_dict("navier_stokes", method, "cpu")
+        assert kept is not None and kept["cond_input"] == "embed"
+        before = {k: v for k, v in kept.items() if k != "cond_input"}
+        assert tables.stale_reason(_rec(method, task="navier_stokes", config=before)) is None
+        for task in ("reaction_diffusion_ic", "burgers_ic", "heat"):
+            now = default_config_dict(task, method, "cpu")
+            assert now is not None and now["cond_input"] == "slice"
+            before = {k: v for k, v in now.items() if k != "cond_input"}
+            reason = tables.stale_reason(_rec(method, task=task, config=before))
+            assert reason is not None and "now cond_input = slice" in reason
+            assert tables.stale_reason(_rec(method, task=task, config=now)) is None

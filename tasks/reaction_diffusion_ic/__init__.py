@@ -34,7 +34,14 @@ from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 from pcgbench.runtime.log import generating
-from pcgbench.task import STRUCTURE_METRICS, Constraint, FieldData, Task, TaskSpec
+from pcgbench.task import (
+    STRUCTURE_METRICS,
+    Constraint,
+    FieldData,
+    Task,
+    TaskSpec,
+    slice_cond_overrides,
+)
 from pcgbench.tasks._pcfm_files import PcfmSuiteFiles
 from pcgbench.tasks.reaction_diffusion_ic import solver as fk
 
@@ -136,6 +143,9 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
     Params = ReactionDiffusionParams
     field_axes = ("t", "x")
     paper_benchmark = "reaction_diffusion_ic"
+    #: PBFM and PMosFM take the initial row as input channels here, chosen on val by the
+    #: studies ``suite_cond_input_pbfm`` / ``_pmosfm`` (docs/methods/training_time.md)
+    method_overrides = slice_cond_overrides("pbfm", "pmosfm")
     data_source = "our Fisher-KPP split-step finite-volume solver (PCFM protocol)"
     paper_data = "PCFM reaction-diffusion data (128 x 100)"
     description = ("1-D reaction-diffusion u_t = nu u_xx + rho u(1-u), Neumann fluxes; "
