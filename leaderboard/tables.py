@@ -523,9 +523,10 @@ def table_notes(task: str, preset: str, by_method: Mapping[str, list[RunRecord]]
         for name, per_preset in getattr(cls, "method_overrides", {}).items():
             if (over := per_preset.get(preset)) and (
                     name in shown or any(name in _lineage(m) for m in shown)):
+                why = getattr(cls, "method_override_reasons", {}).get(
+                    name, "a stability fix: its task's page in docs/tasks/")
                 lines.append(f"training: {name} (and the methods built as its variants) takes "
-                             + _assignments(over) + " on this task (a stability fix: "
-                             "its task's page in docs/tasks/)")
+                             + _assignments(over) + f" on this task ({why})")
     floors = [r for c, recs in by_method.items() if method_of(c) == "data"
               for r in as_records(recs) if (r.reference_draws or 0) > 1]
     if floors:  # what the data column is, where it is not simply the val split

@@ -270,11 +270,18 @@ def slice_cond_overrides(*methods: str) -> dict[str, dict[str, dict[str, Any]]]:
     """A task's ``method_overrides`` giving each of ``methods`` ``cond_input="slice"`` (the
     condition, the field's initial row, as input channels repeated along time) at every
     preset: where the declared studies ``pcgbench tune suite_cond_input_<method>`` chose
-    it over the time embedding on the val split (docs/methods/training_time.md "How the
-    condition enters")."""
+    it over the time embedding on the val split: docs/methods/training_time.md
+    "How the condition enters (`cond_input`)"."""
     from pcgbench.presets import PRESETS
 
     return {m: {p: {"cond_input": "slice"} for p in PRESETS} for m in methods}
+
+
+#: why a task's :func:`slice_cond_overrides` hold (``Task.method_override_reasons``)
+SLICE_COND_REASON = (
+    "a setting the papers leave open, chosen on the val split by the study "
+    "suite_cond_input_<method>: "
+    "docs/methods/training_time.md, 'How the condition enters (`cond_input`)'")
 
 
 class Task(ABC):
@@ -324,6 +331,9 @@ class Task(ABC):
     #: ``{"pmosfm": {"cpu": {"lr": 5e-4}}}``); printed under every
     #: table of the task and documented in its docs/tasks/ page; ``--set`` still wins
     method_overrides: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {}
+    #: per method name of ``method_overrides``, why (printed under the task's tables); a
+    #: method not named here reads "a stability fix: its task's page in docs/tasks/"
+    method_override_reasons: ClassVar[Mapping[str, str]] = {}
     #: names of the axes of ``field_shape[1:]`` (figures label them: ``("t", "x")`` for a
     #: space-time field); None = ``("x", "y", "z")[:dims]`` (arrays indexed ``ij``)
     field_axes: ClassVar[tuple[str, ...] | None] = None

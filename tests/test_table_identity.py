@@ -232,3 +232,16 @@ def test_a_record_from_before_an_added_field_is_stale_once_its_default_moves():
             reason = tables.stale_reason(_rec(method, task=task, config=before))
             assert reason is not None and "now cond_input = slice" in reason
             assert tables.stale_reason(_rec(method, task=task, config=now)) is None
+
+
+def test_a_task_override_says_why_under_the_table():
+    """A task's ``method_overrides`` line names its reason: the slice-condition suite
+    tasks point at the study that chose it; darcy's warm-up reads as a stability fix."""
+    from pcgbench.leaderboard.tables import table_notes
+
+    heat = table_notes("heat", "cpu", {"pbfm": []})
+    line = next(n for n in heat if n.startswith("training: pbfm"))
+    assert "cond_input = slice" in line and "suite_cond_input_<method>" in line
+    assert "stability fix" not in line
+    darcy = table_notes("darcy", "cpu", {"pmosfm": []})
+    assert any("warmup = 300" in n and "stability fix" in n for n in darcy)

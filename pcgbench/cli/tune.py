@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     results = str(default_results_dir(args.results))
     from pcgbench.stages.tune import seed_from_published
 
-    if not args.dry_run and not args.summary:  # a dry run or a summary writes nothing
+    if not args.dry_run:  # a dry run writes nothing; a summary reads the shipped results too
         if copied := seed_from_published(study, study_dir(study, results)):
             print(f"  {copied} published stage result(s) of {study.name} copied into "
                   f"{study_dir(study, results)} (used where current)")
