@@ -174,7 +174,9 @@ def test_splits_layout_and_determinism(task):
     # ... and differ in the hidden randomness (the forcing phase)
     assert not torch.allclose(task.phases("val"), task.phases("test"))
     assert not torch.allclose(val.x[:, :, 1:], test.x[:, :, 1:])
-    assert torch.equal(task.generate("test").x, test.x)  # deterministic from the seeds
+    # deterministic from the seeds, to round-off: the cached split may come from another
+    # thread count (a reduction order), so no bitwise comparison
+    torch.testing.assert_close(task.generate("test").x, test.x, rtol=1e-5, atol=1e-6)
 
 
 def test_constraints_zero_on_data_nonzero_on_perturbed(task):
