@@ -266,22 +266,25 @@ class Constraint:
 STRUCTURE_METRICS: tuple[str, ...] = ("structure", "increments", "c2st")
 
 
-def slice_cond_overrides(*methods: str) -> dict[str, dict[str, dict[str, Any]]]:
-    """A task's ``method_overrides`` giving each of ``methods`` ``cond_input="slice"`` (the
-    condition, the field's initial row, as input channels repeated along time) at every
-    preset: where the declared studies ``pcgbench tune suite_cond_input_<method>`` chose
-    it over the time embedding on the val split: docs/methods/training_time.md
-    "How the condition enters (`cond_input`)"."""
-    from pcgbench.presets import PRESETS
-
-    return {m: {p: {"cond_input": "slice"} for p in PRESETS} for m in methods}
-
-
 #: why a task's :func:`slice_cond_overrides` hold (``Task.method_override_reasons``)
 SLICE_COND_REASON = (
     "a setting the papers leave open, chosen on the val split by the study "
     "suite_cond_input_<method>: "
     "docs/methods/training_time.md, 'How the condition enters (`cond_input`)'")
+
+
+def slice_cond_overrides(*methods: str
+                         ) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, str]]:
+    """A task's ``(method_overrides, method_override_reasons)`` giving each of ``methods``
+    ``cond_input="slice"`` (the condition, the field's initial row, as input channels
+    repeated along time) at every preset, with :data:`SLICE_COND_REASON` as the reason:
+    where the declared studies ``pcgbench tune suite_cond_input_<method>`` chose it over
+    the time embedding on the val split: docs/methods/training_time.md
+    "How the condition enters (`cond_input`)"."""
+    from pcgbench.presets import PRESETS
+
+    overrides = {m: {p: {"cond_input": "slice"} for p in PRESETS} for m in methods}
+    return overrides, dict.fromkeys(methods, SLICE_COND_REASON)
 
 
 class Task(ABC):

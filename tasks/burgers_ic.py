@@ -38,7 +38,6 @@ from pcgbench.charts.base import Cond
 from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 from pcgbench.task import (
-    SLICE_COND_REASON,
     STRUCTURE_METRICS,
     Constraint,
     slice_cond_overrides,
@@ -138,8 +137,7 @@ class BurgersICTask(BurgersSuiteTask):
     paper_benchmark = "burgers_ic"
     #: PBFM and PMosFM take the initial row as input channels here, chosen on val by the
     #: studies ``suite_cond_input_pbfm`` / ``_pmosfm`` (docs/methods/training_time.md)
-    method_overrides = slice_cond_overrides("pbfm", "pmosfm")
-    method_override_reasons = dict.fromkeys(("pbfm", "pmosfm"), SLICE_COND_REASON)
+    method_overrides, method_override_reasons = slice_cond_overrides("pbfm", "pmosfm")
     description = ("inviscid Burgers u(t, x), Godunov FV, fixed IC x random inflow BC "
                    "(constrained-PDE suite)")
     #: PCFM's sampling set draws its fixed ICs and then its BCs from the training seed's

@@ -32,7 +32,6 @@ from pcgbench.errors import PcgError
 from pcgbench.numerics.finite_difference import time_derivative
 from pcgbench.registry import TASKS
 from pcgbench.task import (
-    SLICE_COND_REASON,
     STRUCTURE_METRICS,
     Constraint,
     FieldData,
@@ -115,8 +114,7 @@ class HeatTask(Task):
     group_statistics_by_cond: ClassVar[bool] = True
     #: PBFM and PMosFM take the initial row as input channels here, chosen on val by the
     #: studies ``suite_cond_input_pbfm`` / ``_pmosfm`` (docs/methods/training_time.md)
-    method_overrides = slice_cond_overrides("pbfm", "pmosfm")
-    method_override_reasons = dict.fromkeys(("pbfm", "pmosfm"), SLICE_COND_REASON)
+    method_overrides, method_override_reasons = slice_cond_overrides("pbfm", "pmosfm")
 
     @classmethod
     def params_for(cls, preset: str) -> HeatParams:

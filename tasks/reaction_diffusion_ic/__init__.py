@@ -35,7 +35,6 @@ from pcgbench.errors import PcgError
 from pcgbench.registry import TASKS
 from pcgbench.runtime.log import generating
 from pcgbench.task import (
-    SLICE_COND_REASON,
     STRUCTURE_METRICS,
     Constraint,
     FieldData,
@@ -146,8 +145,7 @@ class ReactionDiffusionICTask(PcfmSuiteFiles, Task):
     paper_benchmark = "reaction_diffusion_ic"
     #: PBFM and PMosFM take the initial row as input channels here, chosen on val by the
     #: studies ``suite_cond_input_pbfm`` / ``_pmosfm`` (docs/methods/training_time.md)
-    method_overrides = slice_cond_overrides("pbfm", "pmosfm")
-    method_override_reasons = dict.fromkeys(("pbfm", "pmosfm"), SLICE_COND_REASON)
+    method_overrides, method_override_reasons = slice_cond_overrides("pbfm", "pmosfm")
     data_source = "our Fisher-KPP split-step finite-volume solver (PCFM protocol)"
     paper_data = "PCFM reaction-diffusion data (128 x 100)"
     description = ("1-D reaction-diffusion u_t = nu u_xx + rho u(1-u), Neumann fluxes; "
