@@ -4,6 +4,7 @@ weights (and loss curve) as an uninterrupted fit of the same seed (CPU)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from pcgbench.results.checkpoints import load_checkpoint
 from pcgbench.stages.fit import partial_checkpoint
 from pcgbench.stages.plan import seed_everything
 from pcgbench.training.loop import Resume
+from pcgbench.training.state import RESUMED_AT
 
 #: updates of each test fit: partial checkpoints every 10, killed after update 19
 ITERATIONS = 24
@@ -142,6 +144,8 @@ def _killed_fit_resumes(burgers, pretrained, tmp_path, monkeypatch, name, change
     resumed, stats = _fit(burgers, name, ctx, pretrained, **changes)
     # it resumed (a fresh fit of the same seed would also match, but not its timings)
     assert saved["step"] == 19 and stats.update_seconds[:20] == saved["update_seconds"]
+    # and says so (the record's training block): where, and that the whole fit did not
+    assert stats.extra[RESUMED_AT] == [20] and RESUMED_AT not in whole_stats.extra
     for a, b in zip(whole.state_dict().values(), resumed.state_dict().values(), strict=True):
         for (ka, va), (_, vb) in zip(_flat(a), _flat(b), strict=True):
             if torch.is_tensor(va):
@@ -191,6 +195,11 @@ def _final_state(results: Path) -> dict:
     return state["net"]
 
 
+def _record(results: Path) -> dict:
+    (rec,) = (results / "records" / "burgers" / "smoke" / "fm_ot").glob("seed*.json")
+    return json.loads(rec.read_text())
+
+
 def test_sigkill_mid_fit_then_rerun_equals_uninterrupted(tmp_path):
     """The CLI path: SIGKILL the process once a partial checkpoint exists, rerun the same
     command; the final checkpoint equals an uninterrupted run's, and no partial is left."""
@@ -214,6 +223,9 @@ def test_sigkill_mid_fit_then_rerun_equals_uninterrupted(tmp_path):
     _, fit = load_checkpoint(ckpt, torch.device("cpu"), {"net"})
     k = saved["step"] + 1  # the rerun kept the first k updates' timings: it resumed
     assert k >= 20 and fit["update_seconds"][:k] == saved["update_seconds"]
+    # the run record says where the fit resumed (its timings mix two processes)
+    assert _record(tmp_path / "killed")["training"][RESUMED_AT] == [k]
+    assert RESUMED_AT not in _record(tmp_path / "whole")["training"]
     a, b = _final_state(tmp_path / "whole"), _final_state(tmp_path / "killed")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)

@@ -28,6 +28,12 @@ class FitStats:
 _RESUME_KEYS = {"params", "opt", "generators", "modules", "values", "rng", "optimizers"}
 
 
+#: FitStats.extra key (and so the run record's ``training`` key): the updates at which this
+#: fit resumed from a partial checkpoint, in order; absent for a fit that ran in one go.  Its
+#: timings (and thread counts, machines) may then differ between the segments.
+RESUMED_AT = "resumed_at_updates"
+
+
 def _restore_in_place(target: dict[str, Any], saved: dict[str, Any]) -> None:
     """Saved running values into ``target``, keeping the identity of nested dicts and
     lists (a fit's closures hold references to them)."""
@@ -70,7 +76,8 @@ class Resume:
                  "values": dict(self.values), "rng": rng,
                  "optimizers": [o.state_dict() for o in self.optimizers]}
         fit = {"step": step, "losses": list(stats.losses),
-               "update_seconds": list(stats.update_seconds)}
+               "update_seconds": list(stats.update_seconds),
+               "resumed_at": list(stats.extra.get(RESUMED_AT, []))}
         save_checkpoint(self.path, state, fit)
 
     def restore(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer,
@@ -109,4 +116,6 @@ class Resume:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
         stats.losses[:] = fit["losses"]
         stats.update_seconds[:] = fit["update_seconds"]
-        return int(fit["step"]) + 1
+        start = int(fit["step"]) + 1
+        stats.extra[RESUMED_AT] = [*fit.get("resumed_at", []), start]
+        return start
