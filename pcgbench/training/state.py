@@ -77,7 +77,7 @@ class Resume:
                  "optimizers": [o.state_dict() for o in self.optimizers]}
         fit = {"step": step, "losses": list(stats.losses),
                "update_seconds": list(stats.update_seconds),
-               "resumed_at": list(stats.extra.get(RESUMED_AT, []))}
+               RESUMED_AT: list(stats.extra.get(RESUMED_AT, []))}
         save_checkpoint(self.path, state, fit)
 
     def restore(self, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer,
@@ -117,5 +117,5 @@ class Resume:
         stats.losses[:] = fit["losses"]
         stats.update_seconds[:] = fit["update_seconds"]
         start = int(fit["step"]) + 1
-        stats.extra[RESUMED_AT] = [*fit.get("resumed_at", []), start]
+        stats.extra[RESUMED_AT] = [*fit.get(RESUMED_AT, []), start]
         return start
