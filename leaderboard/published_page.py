@@ -41,6 +41,7 @@ def published_doc() -> str:
               if (t := task_table(records, task, preset, groups=groups)) is not None]
     presets = sorted({preset for _, preset in keys})
     return ("\n".join(head) + "\n" + "".join(coverage_markdown(records, p) for p in presets)
+            + "".join(cost_markdown(records, p) for p in presets)
             + "\n" + "\n".join(table_markdown(t) for t in tables))
 
 
@@ -95,6 +96,57 @@ def coverage_markdown(records: list, preset: str) -> str:
                 "rest (`–`: none yet; `withheld`: measured, judged doubtful, named under "
                 "its table; `n/a`: the paper's table has no value there).", "", *rows, ""]
     return "\n".join(out)
+
+
+def matrix_runs(records: list, preset: str, columns: dict[str, list[str]]) -> list:
+    """The published runs a matrix (task -> its columns) consists of at ``preset``: the
+    scored, current, default-column records of its columns, plus the records of the
+    shared backbones those columns sampled (a record's ``pretrained``), each once."""
+    from pcgbench.leaderboard.tables import is_ok
+
+    ok = [r for r in records if r.get("preset") == preset and not r.variant and is_ok(r)]
+    want = {(t, m) for t, ms in columns.items() for m in ms}
+    want |= {(r.task, r.get("pretrained")) for r in ok
+             if (r.task, r.method) in want and r.get("pretrained")}
+    return [r for r in ok if (r.task, r.method) in want]
+
+
+def cost_markdown(records: list, preset: str) -> str:
+    """What the published runs of each matrix took (:mod:`pcgbench.results.cost`): per
+    task, the runs, their core-hours, how many took over 10 core-minutes, the longest."""
+    from pcgbench.paper.cost import matrix
+    from pcgbench.results.cost import TARGET_CORE_SECONDS, CostSummary, run_cost, summarize
+
+    def row(name: str, s: CostSummary) -> str:
+        lg = s.longest
+        longest = "–" if lg is None else (
+            f"{lg.core_seconds / 60:.0f} ({lg.method}, seed {lg.seed})")
+        return (f"| {name} | {s.runs} | {s.core_hours:.2f} | {s.over_target} | "
+                f"{longest} |")
+
+    out = [f"## What the published runs took at `{preset}`", "",
+           "Measured, not priced: each record's own wall seconds (its fit, sampling and "
+           "evaluation; plus its fit's seconds where it reused a checkpoint fitted earlier "
+           "for the same cell) times its torch threads (`pcgbench.results.cost`).  A method "
+           "that samples a shared backbone counts its sampling; the backbone's record (FM-OT, "
+           "FFM) counts the fit, once.  On the machines the records name (2-core VMs; most "
+           "fits single-threaded, two at a time, so each record's `load` is near 2), not a "
+           "property of the code; `pcgbench sweep --dry-run` prices from a short probe "
+           f"instead ([paper_cost.md](paper_cost.md)).  Target (issue 61): every run within "
+           f"{TARGET_CORE_SECONDS / 60:.0f} core-minutes, the main table within 12 "
+           "core-hours.", ""]
+    for name, title in (("main", "main table"), ("suite", "constrained-PDE suite")):
+        runs = matrix_runs(records, preset, matrix(name))
+        if not runs:
+            continue
+        per_task = summarize(runs)
+        out += [f"**The {title}** (`--matrix {name}`):", "",
+                "| task | runs | core-hours | runs over 10 core-min | longest (core-min) |",
+                "|---|---|---|---|---|"]
+        out += [row(t, per_task[t]) for t in matrix(name) if t in per_task]
+        total = CostSummary.of(c for r in runs if (c := run_cost(r)) is not None)
+        out += [row("**all**", total), ""]
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

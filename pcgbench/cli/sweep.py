@@ -146,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
             for job in jobs:
                 print(f"  {stage:<8} {job.label}")
         print(_sweep_cost(p, args.preset))
+        measured = _measured_cost(p, args.preset)
+        if measured:
+            print(measured)
         return 0
     ensure_writable(root)
     eo = ExecutorOptions(kind=args.executor,
@@ -222,6 +225,36 @@ def _sweep_cost(p: typing.Any, preset: str) -> str:
         shown = ", ".join(est.unpriced[:6]) + (" ..." if len(est.unpriced) > 6 else "")
         line += f"; {len(est.unpriced)} job(s) without an estimate: {shown}"
     return line
+
+
+def _measured_cost(p: typing.Any, preset: str) -> str | None:
+    """One line: what the published records of the plan's runs (the same task, method,
+    seed and preset, default column) took (:mod:`pcgbench.results.cost`); None where no
+    planned run has one (by default a published cell is not planned: ``--no-published``)."""
+    from pcgbench.leaderboard.published import load_published
+    from pcgbench.leaderboard.tables import is_ok
+    from pcgbench.results.cost import TARGET_CORE_SECONDS, CostSummary, run_cost
+
+    planned = [job.args[0] for stage in ("backbone", "method") for job in p.stages[stage]]
+    if not planned:
+        return None
+    index = {}
+    for r in load_published():
+        if r.get("preset") == preset and not r.variant and is_ok(r) and \
+                (c := run_cost(r)) is not None:
+            index[(r.task, r.method, r.get("seed"))] = c
+    costs = [c for o in planned if not getattr(o, "overrides", None)
+             and (c := index.get((o.task, o.method, o.seed))) is not None]
+    if not costs:
+        return None
+    s = CostSummary.of(costs)
+    lg = s.longest
+    assert lg is not None
+    return (f"measured: {s.runs} of the {len(planned)} run(s) have a published record "
+            f"(same task, method, seed, preset), which took {s.core_hours:.3g} core-hours; "
+            f"{s.over_target} over {TARGET_CORE_SECONDS / 60:.0f} core-min, the longest "
+            f"{lg.core_seconds / 60:.0f} ({lg.task}/{lg.method} seed {lg.seed}); on the "
+            "machines the records name (docs/leaderboard.md)")
 
 
 def published_cells() -> frozenset[str]:
