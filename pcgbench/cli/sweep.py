@@ -216,8 +216,9 @@ def _sweep_cost(p: typing.Any, preset: str) -> str:
         return (f"cost: no cost table rows for preset {preset!r} (benchmarks/paper_cost.py "
                 f"--preset {preset} --write measures them)")
     unit = "GPU-hours" if est.device_kind == "cuda" else (
-        f"hours on the {est.device_kind} probe's machine (no GPU measurement in the table "
-        "yet; benchmarks/gpu_check.sh adds it)")
+        f"hours on the {est.device_kind} probe's machine, one job after another at the "
+        "probe's threads (no GPU measurement in the table yet; benchmarks/gpu_check.sh "
+        "adds it)")
     where = "; ".join(f"{d}, {date}" for d, date in sorted(est.sources)) or "-"
     line = (f"estimated cost of the {est.priced} priced job(s): {est.hours:.3g} {unit} "
             f"(paper/paper_cost.csv: {where})")
