@@ -83,7 +83,7 @@ def test_tune_prints_and_writes_the_rule_table(dirs, monkeypatch, capsys):
 
 
 def test_tables_of_trained_methods_say_their_budget_is_budget_limited():
-    from leaderboard.tables import table_notes
+    from pcgbench.leaderboard.tables import table_notes
 
     lines = table_notes("burgers", "cpu", {"fm_ot": [], "data": []})
     assert any(x.startswith("training budget: 3,000 updates") for x in lines)

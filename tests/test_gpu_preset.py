@@ -100,7 +100,7 @@ def test_a_task_recipe_override_reaches_every_recipe_trained_method_only():
 
 
 def test_the_table_says_when_a_task_departs_from_the_recipe():
-    from leaderboard.tables import table_notes
+    from pcgbench.leaderboard.tables import table_notes
 
     assert any(line.startswith("training:") and "lr = 0.0003" in line
                for line in table_notes("kf_generation", "cpu", {}))
@@ -112,7 +112,7 @@ def test_a_method_override_reaches_that_method_and_its_variants_only():
     and ``pmosfm_tuned`` (registered as its subclass) at ``cpu`` -- in a run and in the
     default column alike -- and no other method or preset; --set wins; the table says so
     only where a PMosFM column is shown."""
-    from leaderboard.tables import table_notes
+    from pcgbench.leaderboard.tables import table_notes
     from pcgbench.method import method_lineage
     from pcgbench.stages.plan import build_method, default_config
     from pcgbench.stages.runner import RunOptions
@@ -147,7 +147,7 @@ def test_a_task_backbone_override_reaches_every_recipe_trained_method_and_trains
     """dynamic_stall's U-Net (``backbone.*`` keys in Task.recipe_overrides) is the network
     of every method trained from scratch at cpu, is said under its tables, and each such
     method fits and samples with it (smoke-sized data and budget)."""
-    from leaderboard.tables import table_notes
+    from pcgbench.leaderboard.tables import table_notes
     from pcgbench.stages.plan import build_method, default_config
     from pcgbench.stages.runner import RunOptions
 
