@@ -109,3 +109,27 @@ def test_spectral_conv_gradients_with_a_permuted_output_gradient():
     got = torch.autograd.grad(conv(x), [x, conv.weight], cot)
     for a, b in zip(want, got, strict=True):
         assert torch.allclose(b, a, rtol=0, atol=1e-12 * float(a.abs().max()))
+
+
+@pytest.mark.parametrize("in_place_from", [0, 64, float("inf")])
+def test_full_axis_transforms_in_place_or_moved_match_the_full_ones(monkeypatch,
+                                                                    in_place_from):
+    """``_along`` multiplies in place (a batched matmul, no copy) or moves the axis last
+    (one 2-D GEMM), by how many elements trail it: every choice is the same layer."""
+    from pcgbench.backbones import fno
+
+    monkeypatch.setattr(fno, "ALONG_IN_PLACE_FROM", in_place_from)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the in-place route is taken at one thread only
+    try:
+        torch.manual_seed(0)
+        conv = SpectralConv(2, 3, (8, 8, 9)).double()
+        x = torch.randn(3, 2, 16, 16, 16, dtype=torch.float64, requires_grad=True)
+        want, got = full_transform_forward(conv, x), conv(x)
+        assert torch.allclose(got, want, rtol=0, atol=1e-13 * float(want.abs().max()))
+        g_want = torch.autograd.grad(want.pow(2).sum(), [x, conv.weight])
+        g_got = torch.autograd.grad(got.pow(2).sum(), [x, conv.weight])
+        for a, b in zip(g_want, g_got, strict=True):
+            assert torch.allclose(b, a, rtol=0, atol=1e-13 * float(a.abs().max()))
+    finally:
+        torch.set_num_threads(threads)
