@@ -62,6 +62,33 @@ def same(results: dict, label: str, ref: str = "einsum") -> bool:
     return torch.equal(y0, y1) and all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
 
 
+def timed(shape: tuple[int, ...], channels: int, batch: int, variants: dict[str, object],
+          attr: str, args: argparse.Namespace) -> tuple[dict, dict[str, list[float]]]:
+    """Each variant's (output, gradients) and seconds per forward+backward over the
+    rounds, with ``fno.<attr>`` set to the variant's value, interleaved; ``attr`` is put
+    back as it was."""
+    torch.manual_seed(0)
+    cfg = BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32)
+    net = build_backbone(cfg, in_channels=channels, out_channels=channels,
+                         spatial_shape=shape, n_times=1, cond_dim=0)
+    x, t = torch.randn(batch, channels, *shape), torch.rand(batch, 1)
+    before = getattr(fno_module, attr)
+    results: dict = {}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    try:
+        for _ in range(args.rounds):
+            for label, value in variants.items():
+                setattr(fno_module, attr, value)
+                results[label] = fwd_bwd(net, x, t)
+                start = time.perf_counter()
+                for _ in range(args.repeats):
+                    fwd_bwd(net, x, t)
+                times[label].append((time.perf_counter() - start) / args.repeats)
+    finally:
+        setattr(fno_module, attr, before)
+    return results, times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=10)
@@ -75,22 +102,8 @@ def main() -> None:
              ("hit 16^3", (16, 16, 16), 3, 8)]
     rows = []
     for name, shape, channels, batch in cases:
-        torch.manual_seed(0)
-        cfg = BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32)
-        net = build_backbone(cfg, in_channels=channels, out_channels=channels,
-                             spatial_shape=shape, n_times=1, cond_dim=0)
-        x, t = torch.randn(batch, channels, *shape), torch.rand(batch, 1)
-        results: dict = {}
-        best = dict.fromkeys(VARIANTS, float("inf"))
-        for _ in range(args.rounds):
-            for label, fn in VARIANTS.items():
-                fno_module.mix_modes = fn
-                results[label] = fwd_bwd(net, x, t)
-                start = time.perf_counter()
-                for _ in range(args.repeats):
-                    fwd_bwd(net, x, t)
-                best[label] = min(best[label], (time.perf_counter() - start) / args.repeats)
-        fno_module.mix_modes = CURRENT
+        results, times = timed(shape, channels, batch, VARIANTS, "mix_modes", args)
+        best = {k: min(v) for k, v in times.items()}
         rows.append([name, batch, *(f"{best[k] * 1e3:.1f}" for k in VARIANTS),
                      f"{best['bmm'] / best['current']:.2f}x",
                      f"{best['einsum'] / best['current']:.2f}x",
@@ -106,22 +119,7 @@ def along(args: argparse.Namespace) -> None:
              ("hit 16^3", (16, 16, 16), 4, 32)]
     rows = []
     for name, shape, channels, batch in cases:
-        torch.manual_seed(0)
-        cfg = BackboneConfig(kind="fno", width=16, modes=12, layers=4, embed_dim=32)
-        net = build_backbone(cfg, in_channels=channels, out_channels=channels,
-                             spatial_shape=shape, n_times=1, cond_dim=0)
-        x, t = torch.randn(batch, channels, *shape), torch.rand(batch, 1)
-        results: dict = {}
-        times: dict[str, list[float]] = {k: [] for k in ALONG}
-        for _ in range(args.rounds):
-            for label, threshold in ALONG.items():
-                fno_module.ALONG_IN_PLACE_FROM = threshold
-                results[label] = fwd_bwd(net, x, t)
-                start = time.perf_counter()
-                for _ in range(args.repeats):
-                    fwd_bwd(net, x, t)
-                times[label].append((time.perf_counter() - start) / args.repeats)
-        fno_module.ALONG_IN_PLACE_FROM = ALONG["current"]
+        results, times = timed(shape, channels, batch, ALONG, "ALONG_IN_PLACE_FROM", args)
         med = {k: statistics.median(v) for k, v in times.items()}
         rows.append([name, batch, *(f"{med[k] * 1e3:.1f}" for k in ALONG),
                      f"{med['moved'] / med['current']:.2f}x",
