@@ -55,6 +55,14 @@ def is_published(record: RunRecord) -> bool:
                 and Path(record.path).resolve().is_relative_to(root.resolve()))
 
 
+def default_cells(records: Iterable[RunRecord], preset: str) -> list[RunRecord]:
+    """The scored, current, default-column (no variant) records at ``preset``: the cells a
+    table, its coverage and its cost count."""
+    from pcgbench.leaderboard.tables import is_ok
+
+    return [r for r in records if r.get("preset") == preset and not r.variant and is_ok(r)]
+
+
 def relative_name(record: RunRecord) -> str | None:
     """``<task>/<preset>/<method>/<file>`` of a record read from a results layout: its
     identity (the file name is the hash of its run key and sampling settings)."""

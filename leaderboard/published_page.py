@@ -61,14 +61,12 @@ def coverage_markdown(records: list, preset: str) -> str:
     doubtful, ``published/withheld.json``; ``n/a``: the paper's table has no value there,
     not in its matrix).  ``pcgbench sweep --matrix M --preset P --seeds 0 1 2 --dry-run``
     lists and prices what is left."""
-    from pcgbench.leaderboard.published import withheld
-    from pcgbench.leaderboard.tables import is_ok
+    from pcgbench.leaderboard.published import default_cells, withheld
     from pcgbench.paper.cost import matrix
 
     seeds: dict[tuple[str, str], list[int]] = {}
-    for r in records:
-        if r.get("preset") == preset and not r.variant and is_ok(r) and isinstance(
-                r.get("seed"), int):
+    for r in default_cells(records, preset):
+        if isinstance(r.get("seed"), int):
             seeds.setdefault((r.task, r.method), []).append(r.get("seed"))
     held = {(w["task"], w["method"]) for w in withheld(preset=preset)}
 
@@ -102,9 +100,9 @@ def matrix_runs(records: list, preset: str, columns: dict[str, list[str]]) -> li
     """The published runs a matrix (task -> its columns) consists of at ``preset``: the
     scored, current, default-column records of its columns, plus the records of the
     shared backbones those columns sampled (a record's ``pretrained``), each once."""
-    from pcgbench.leaderboard.tables import is_ok
+    from pcgbench.leaderboard.published import default_cells
 
-    ok = [r for r in records if r.get("preset") == preset and not r.variant and is_ok(r)]
+    ok = default_cells(records, preset)
     want = {(t, m) for t, ms in columns.items() for m in ms}
     want |= {(r.task, r.get("pretrained")) for r in ok
              if (r.task, r.method) in want and r.get("pretrained")}
@@ -115,7 +113,7 @@ def cost_markdown(records: list, preset: str) -> str:
     """What the published runs of each matrix took (:mod:`pcgbench.results.cost`): per
     task, the runs, their core-hours, how many took over 10 core-minutes, the longest."""
     from pcgbench.paper.cost import matrix
-    from pcgbench.results.cost import TARGET_CORE_SECONDS, CostSummary, run_cost, summarize
+    from pcgbench.results.cost import TARGET_CORE_SECONDS, CostSummary, run_cost
 
     def row(name: str, s: CostSummary) -> str:
         lg = s.longest
@@ -137,16 +135,17 @@ def cost_markdown(records: list, preset: str) -> str:
            f"{TARGET_CORE_SECONDS / 60:.0f} core-minutes, the main table within 12 "
            "core-hours.", ""]
     for name, title in (("main", "main table"), ("suite", "constrained-PDE suite")):
-        runs = matrix_runs(records, preset, matrix(name))
-        if not runs:
+        columns = matrix(name)
+        costs = [c for r in matrix_runs(records, preset, columns)
+                 if (c := run_cost(r)) is not None]
+        if not costs:
             continue
-        per_task = summarize(runs)
         out += [f"**The {title}** (`--matrix {name}`):", "",
                 "| task | runs | core-hours | runs over 10 core-min | longest (core-min) |",
                 "|---|---|---|---|---|"]
-        out += [row(t, per_task[t]) for t in matrix(name) if t in per_task]
-        total = CostSummary.of(c for r in runs if (c := run_cost(r)) is not None)
-        out += [row("**all**", total), ""]
+        out += [row(t, CostSummary.of(c for c in costs if c.task == t)) for t in columns
+                if any(c.task == t for c in costs)]
+        out += [row("**all**", CostSummary.of(costs)), ""]
     return "\n".join(out) + "\n"
 
 

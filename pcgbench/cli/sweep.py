@@ -232,18 +232,14 @@ def _measured_cost(p: typing.Any, preset: str) -> str | None:
     """One line: what the published records of the plan's runs (the same task, method,
     seed and preset, default column) took (:mod:`pcgbench.results.cost`); None where no
     planned run has one (by default a published cell is not planned: ``--no-published``)."""
-    from pcgbench.leaderboard.published import load_published
-    from pcgbench.leaderboard.tables import is_ok
+    from pcgbench.leaderboard.published import default_cells, load_published
     from pcgbench.results.cost import TARGET_CORE_SECONDS, CostSummary, run_cost
 
     planned = [job.args[0] for stage in ("backbone", "method") for job in p.stages[stage]]
     if not planned:
         return None
-    index = {}
-    for r in load_published():
-        if r.get("preset") == preset and not r.variant and is_ok(r) and \
-                (c := run_cost(r)) is not None:
-            index[(r.task, r.method, r.get("seed"))] = c
+    index = {(r.task, r.method, r.get("seed")): c
+             for r in default_cells(load_published(), preset) if (c := run_cost(r)) is not None}
     costs = [c for o in planned if not getattr(o, "overrides", None)
              and (c := index.get((o.task, o.method, o.seed))) is not None]
     if not costs:
